@@ -1,0 +1,214 @@
+"""Transport-neutral HTTP request/response and the one router that knows the URL scheme.
+
+Handlers (Lambda, Cloud Run, Azure, the long-running server) build a `Request`, call
+`App.handle`, and translate the `Response` back. Nothing else in the product parses URLs.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from core import errors, rest
+from core.config import Settings
+from core.manager import ModelManager
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)  # keys lower-case
+    body: bytes = b""
+
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name.lower(), default)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=lambda: {"content-type": JSON})
+
+    @property
+    def is_binary(self) -> bool:
+        """True when the body must travel base64-encoded through JSON-only transports."""
+        kind = self.headers.get("content-type", "")
+        return not (kind.startswith("application/json") or kind.startswith("text/"))
+
+
+JSON = "application/json"
+Handler = Callable[[Request, re.Match[str]], Response]
+
+_NAME = r"(?P<name>[^/:]+)"
+_VERSION = r"(?:/versions/(?P<version>[0-9]+))?"
+_LABEL = r"(?:/labels/(?P<label>[^/:]+))?"
+
+
+def _lower_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
+class App:
+    """The data plane every transport shares: routes -> rest.* endpoint functions."""
+
+    def __init__(self, manager: ModelManager, settings: Settings) -> None:
+        self.manager = manager
+        self.settings = settings
+        self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
+            (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r":predict"),
+             {"POST": self._tfs_predict}),
+            (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r":(?:classify|regress)"),
+             {"POST": self._unsupported_verb}),
+            (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r"/metadata"),
+             {"GET": self._tfs_metadata}),
+            (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL),
+             {"GET": self._tfs_status}),
+            (re.compile(r"/v1/config"), {"GET": self._config_status}),
+            (re.compile(r"/v1/config/reload"), {"POST": self._config_reload}),
+            (re.compile(r"/v2/health/live"), {"GET": self._live}),
+            (re.compile(r"/v2/health/ready"), {"GET": self._ready}),
+            (re.compile(r"/v2/?"), {"GET": self._server_metadata}),
+            (re.compile(r"/v2/models/" + _NAME + _VERSION), {"GET": self._kserve_metadata}),
+            (re.compile(r"/v2/models/" + _NAME + _VERSION + r"/ready"),
+             {"GET": self._kserve_ready}),
+            (re.compile(r"/v2/models/" + _NAME + _VERSION + r"/infer"),
+             {"POST": self._kserve_infer}),
+            (re.compile(r"/metrics"), {"GET": self._metrics}),
+        ]
+
+    def handle(self, request: Request) -> Response:
+        """Answer one request; every failure becomes the OVMS error shape, never an exception."""
+        try:
+            if len(request.body) > self.settings.max_request_bytes:
+                raise errors.PayloadTooLargeError(
+                    f"Request body of {len(request.body)} bytes exceeds the limit of "
+                    f"{self.settings.max_request_bytes} bytes"
+                )
+            handler, match = self._route(request.method.upper(), self._strip(request.path))
+            return handler(request, match)
+        except errors.ServingError as exc:
+            return error_response(exc)
+        except Exception as exc:  # a bug must not take the server down; report it as 500
+            return error_response(errors.InternalError(f"Internal server error: {exc!r}"))
+
+    def _strip(self, path: str) -> str:
+        prefix = self.settings.base_path
+        if prefix and (path == prefix or path.startswith(prefix + "/")):
+            return path[len(prefix):] or "/"
+        return path
+
+    def _route(self, method: str, path: str) -> tuple[Handler, re.Match[str]]:
+        if len(path) > 2048 or "\x00" in path or ".." in path:
+            raise errors.InvalidInputError("Invalid request URL")
+        for pattern, methods in self._routes:
+            match = pattern.fullmatch(path)
+            if match is None:
+                continue
+            handler = methods.get(method)
+            if handler is None:
+                raise errors.MethodNotAllowedError(
+                    f"Unsupported method {method} for {path}; allowed: {', '.join(methods)}"
+                )
+            return handler, match
+        raise errors.RouteNotFoundError(f"Invalid request URL: {path}")
+
+    # Each endpoint is a thin shim over core.rest, which owns the JSON shapes.
+
+    def _tfs_predict(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(rest.tfs_predict(self.manager, m["name"], _ver(m), req.body))
+
+    def _unsupported_verb(self, req: Request, m: re.Match[str]) -> Response:
+        raise errors.RouteNotFoundError("Only :predict is served; classify and regress are not")
+
+    def _tfs_metadata(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(rest.tfs_metadata(self.manager, m["name"], _ver(m)))
+
+    def _tfs_status(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(rest.tfs_status(self.manager, m["name"], _ver(m)))
+
+    def _config_status(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(rest.config_status(self.manager))
+
+    def _config_reload(self, req: Request, m: re.Match[str]) -> Response:
+        changed, body = rest.config_reload(self.manager)
+        return json_response(body, 201 if changed else 200)
+
+    def _live(self, req: Request, m: re.Match[str]) -> Response:
+        return Response(200, b"")
+
+    def _ready(self, req: Request, m: re.Match[str]) -> Response:
+        if not self.manager.ready:
+            raise errors.ServerNotReadyError("Server is not ready yet")
+        return Response(200, b"")
+
+    def _server_metadata(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(rest.server_metadata())
+
+    def _kserve_metadata(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(rest.kserve_metadata(self.manager, m["name"], _ver(m)))
+
+    def _kserve_ready(self, req: Request, m: re.Match[str]) -> Response:
+        ready = rest.kserve_ready(self.manager, m["name"], _ver(m))
+        return Response(200 if ready else 404, b"")
+
+    def _kserve_infer(self, req: Request, m: re.Match[str]) -> Response:
+        header_length = req.header("inference-header-content-length") or None
+        body, headers = rest.kserve_infer(
+            self.manager, m["name"], _ver(m), req.body, header_length
+        )
+        return Response(200, body, headers)
+
+    def _metrics(self, req: Request, m: re.Match[str]) -> Response:
+        from core import metrics
+
+        body, content_type = metrics.exposition()
+        return Response(200, body, {"content-type": content_type})
+
+
+def _ver(match: re.Match[str]) -> int | None:
+    """Version from the URL; 0 and absent both mean 'the default version', as in OVMS."""
+    text = match["version"]
+    if text is None:
+        return None
+    if len(text) > 18:
+        raise errors.InvalidInputError(f"Invalid model version: {text[:20]}...")
+    return int(text) or None
+
+
+def json_response(body: bytes, status: int = 200) -> Response:
+    return Response(status, body, {"content-type": JSON})
+
+
+def error_response(exc: errors.ServingError) -> Response:
+    return Response(exc.http_status, exc.to_body(), {"content-type": JSON})
+
+
+_default_app: App | None = None
+_default_lock = threading.Lock()
+
+
+def default_app() -> App:
+    """The process-wide App built from the environment; a warm instance reuses it (and its
+    compiled models) for every invocation."""
+    global _default_app
+    if _default_app is None:
+        with _default_lock:
+            if _default_app is None:
+                settings = Settings.from_env()
+                _default_app = App(ModelManager.start(settings), settings)
+    return _default_app
+
+
+def make_request(
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: Mapping[str, str] | None = None,
+    query: Mapping[str, str] | None = None,
+) -> Request:
+    return Request(method.upper(), path, dict(query or {}), _lower_headers(headers or {}), body)

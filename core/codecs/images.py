@@ -1,0 +1,101 @@
+"""jpeg/png tensors -> the model's image input (layout, size, precision), as OVMS does.
+
+OVMS decodes with OpenCV, so channels come out BGR by default; `color_format: RGB` in the
+model config switches. Pillow is imported on the first image only (cold start).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from core.errors import ImageDecodeError, InvalidInputError
+
+if TYPE_CHECKING:
+    from core.signature import TensorSpec
+
+MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+
+
+def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR") -> np.ndarray:
+    """A 1-D object array of encoded images -> one N,H,W,C or N,C,H,W array."""
+    if items.ndim != 1 or items.size == 0:
+        raise InvalidInputError(
+            f"Binary image input must be a 1-D batch of images; input name: {spec.name}"
+        )
+    layout = spec.image_layout or "NHWC"
+    height, width, channels = (spec.dims[1], spec.dims[2], spec.dims[3]) if layout == "NHWC" \
+        else (spec.dims[2], spec.dims[3], spec.dims[1])
+    decoded = [
+        _decode_one(item, spec.name, channels[1], height, width, color_format) for item in items
+    ]
+    if len({image.shape for image in decoded}) > 1:
+        raise InvalidInputError(
+            f"Binary images in one batch have different resolutions; input name: {spec.name}"
+        )
+    batch = np.stack(decoded)
+    if layout == "NCHW":
+        batch = batch.transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(batch, dtype=spec.dtype.numpy)
+
+
+def _decode_one(
+    data: object,
+    name: str,
+    channels: int,
+    height: tuple[int, int],
+    width: tuple[int, int],
+    color_format: str,
+) -> np.ndarray:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidInputError(f"Binary image input must be bytes; input name: {name}")
+    from PIL import Image, UnidentifiedImageError
+
+    Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+    try:
+        with Image.open(io.BytesIO(bytes(data))) as image:
+            if image.format not in ("JPEG", "PNG"):
+                raise ImageDecodeError(f"Image format {image.format} is not jpeg or png; "
+                                       f"input name: {name}")
+            if image.width * image.height > MAX_IMAGE_PIXELS:
+                raise ImageDecodeError(
+                    f"Image of {image.width}x{image.height} pixels exceeds the limit of "
+                    f"{MAX_IMAGE_PIXELS} pixels; input name: {name}")
+            if width[0] > 0 and height[0] > 0:
+                image.draft("RGB", (width[0], height[0]))  # JPEG: decode at reduced scale
+            image = image.convert("L" if channels == 1 else "RGB")
+            image = _resize(image, height, width)
+            array = np.asarray(image)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageDecodeError(f"Image is too large: {exc}; input name: {name}") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise ImageDecodeError(f"Image decoding failed: {exc}; input name: {name}") from None
+    if channels == 1:
+        array = array[:, :, None]
+    elif color_format == "BGR":
+        array = array[:, :, ::-1]
+    if channels not in (-1, array.shape[2]):
+        raise InvalidInputError(f"Invalid number of channels - Expected: {channels}; "
+                                f"Actual: {array.shape[2]}; input name: {name}")
+    return array
+
+
+def _resize(image: object, height: tuple[int, int], width: tuple[int, int]) -> object:
+    """Resize to a static H/W; clamp into a range; leave a fully dynamic dim alone."""
+    from PIL import Image
+
+    assert isinstance(image, Image.Image)
+    target_w = _target(width, image.width)
+    target_h = _target(height, image.height)
+    if (target_w, target_h) == image.size:
+        return image
+    return image.resize((target_w, target_h), Image.Resampling.BILINEAR)
+
+
+def _target(dim: tuple[int, int], size: int) -> int:
+    low, high = dim
+    if low == -1:
+        return size
+    return min(max(size, low), high)

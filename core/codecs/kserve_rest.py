@@ -1,0 +1,226 @@
+"""KServe v2 REST infer: JSON tensors and the binary-data extension.
+
+Binary extension: the JSON header is the first `Inference-Header-Content-Length` bytes; each
+input with `parameters.binary_data_size` takes the next that many bytes (BYTES elements carry
+a 4-byte little-endian length prefix). Fixed-size binary inputs are read with np.frombuffer,
+without a copy.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core import tensors
+from core.codecs.common import check_elements, dumps, loads
+from core.errors import InvalidInputError
+from core.signature import Inputs, TensorSpec, check_precision
+
+MAX_ELEMENTS = 256 * 1024 * 1024
+
+
+@dataclass
+class InferRequest:
+    inputs: Inputs
+    id: str | None = None
+    binary_outputs: dict[str, bool] = field(default_factory=dict)  # requested outputs
+    binary_default: bool = False
+
+
+def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpec]
+           ) -> InferRequest:
+    json_part, binary = _split(body, header_length)
+    doc = loads(json_part)
+    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
+        raise InvalidInputError("Invalid JSON structure. 'inputs' must be a list of tensors")
+    reader = _BinaryReader(binary)
+    inputs: Inputs = {}
+    for index, item in enumerate(doc["inputs"]):
+        name, array = _tensor(item, index, reader, specs)
+        if name in inputs:
+            raise InvalidInputError(f"Duplicated input name: {name}")
+        inputs[name] = array
+    if reader.offset != len(binary):
+        raise InvalidInputError(
+            "Binary data is longer than the binary_data_size parameters of the inputs declare"
+        )
+    request = InferRequest(inputs, _id(doc.get("id")))
+    params = doc.get("parameters") or {}
+    request.binary_default = isinstance(params, dict) and params.get("binary_data_output") is True
+    for item in doc.get("outputs") or []:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise InvalidInputError("Invalid JSON structure. Each output needs a name")
+        out_params = item.get("parameters") or {}
+        request.binary_outputs[item["name"]] = bool(
+            out_params.get("binary_data", request.binary_default)
+        )
+    return request
+
+
+def _split(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
+    if header_length is None:
+        return body, b""
+    if not header_length.strip().isdigit() or int(header_length) > len(body):
+        raise InvalidInputError(
+            "Inference-Header-Content-Length header is invalid and couldn't be parsed"
+        )
+    cut = int(header_length)
+    return body[:cut], body[cut:]
+
+
+def _id(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+class _BinaryReader:
+    def __init__(self, data: bytes) -> None:
+        self.view = memoryview(data)
+        self.offset = 0
+
+    def take(self, size: int) -> memoryview:
+        if self.offset + size > len(self.view):
+            raise InvalidInputError(
+                "Received buffer size is smaller than binary_data_size parameter indicates"
+            )
+        chunk = self.view[self.offset : self.offset + size]
+        self.offset += size
+        return chunk
+
+
+def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, TensorSpec]
+            ) -> tuple[str, np.ndarray]:
+    if not isinstance(item, dict):
+        raise InvalidInputError(f"Invalid JSON structure. inputs[{index}] must be an object")
+    name, shape, datatype = item.get("name"), item.get("shape"), item.get("datatype")
+    if not isinstance(name, str) or not isinstance(shape, list) or not isinstance(datatype, str):
+        raise InvalidInputError(
+            f"Invalid JSON structure. inputs[{index}] needs name, shape and datatype"
+        )
+    dtype = tensors.from_kserve(datatype)
+    count = check_elements(shape, MAX_ELEMENTS, name)
+    spec = specs.get(name)
+    if spec is not None and not (dtype is tensors.BYTES and spec.image_layout):
+        check_precision(spec, dtype)
+    params = item.get("parameters") or {}
+    size = params.get("binary_data_size") if isinstance(params, dict) else None
+    if size is not None:
+        if "data" in item:
+            raise InvalidInputError(
+                "Request contains values both in binary data and in content value"
+            )
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise InvalidInputError(f"Invalid binary_data_size for input {name}")
+        return name, _from_binary(reader.take(size), dtype, shape, count, name)
+    if "data" not in item:
+        raise InvalidInputError(f"Input {name} has neither data nor binary_data_size")
+    return name, _from_json(item["data"], dtype, shape, count, name)
+
+
+def _from_binary(chunk: memoryview, dtype: tensors.DType, shape: list[int], count: int,
+                 name: str) -> np.ndarray:
+    if dtype is tensors.BYTES:
+        return _split_bytes(chunk, count, name).reshape(shape)
+    expected = count * dtype.numpy.itemsize
+    if len(chunk) != expected:
+        raise InvalidInputError(
+            f"Invalid content size of tensor proto - Expected: {expected} bytes; "
+            f"Actual: {len(chunk)} bytes; input name: {name}"
+        )
+    return np.frombuffer(chunk, dtype=dtype.numpy).reshape(shape)
+
+
+def _split_bytes(chunk: memoryview, count: int, name: str) -> np.ndarray:
+    items = np.empty(count, dtype=object)
+    offset = 0
+    for i in range(count):
+        if offset + 4 > len(chunk):
+            raise InvalidInputError(f"Invalid BYTES framing for input {name}")
+        (length,) = struct.unpack_from("<I", chunk, offset)
+        offset += 4
+        if offset + length > len(chunk):
+            raise InvalidInputError(f"Invalid BYTES framing for input {name}")
+        items[i] = bytes(chunk[offset : offset + length])
+        offset += length
+    if offset != len(chunk):
+        raise InvalidInputError(f"Invalid BYTES framing for input {name}: trailing bytes")
+    return items
+
+
+def _from_json(data: Any, dtype: tensors.DType, shape: list[int], count: int, name: str
+               ) -> np.ndarray:
+    if dtype is tensors.BYTES:
+        flat = _flatten(data)
+        if not all(isinstance(x, str) for x in flat):
+            raise InvalidInputError(f"BYTES input {name} takes strings")
+        array = np.empty(len(flat), dtype=object)
+        array[:] = [x.encode("utf-8") for x in flat]
+    else:
+        try:
+            array = np.asarray(data)
+        except (ValueError, TypeError):
+            raise InvalidInputError(f"Invalid data for input {name}: not a valid array") from None
+        if array.dtype.kind not in "biuf":
+            raise InvalidInputError(f"Invalid data for input {name}: expected numbers")
+        array = array.astype(dtype.numpy, copy=False).reshape(-1)
+    if array.size != count:
+        raise InvalidInputError(
+            f"Invalid number of values in tensor - Expected: {count}; Actual: {array.size}; "
+            f"input name: {name}"
+        )
+    return array.reshape(shape)
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    out: list[Any] = []
+    for item in data:
+        out.extend(_flatten(item))
+    return out
+
+
+def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request: InferRequest
+           ) -> tuple[bytes, dict[str, str]]:
+    """The JSON response (+ binary part when any output is asked for as binary)."""
+    wanted = request.binary_outputs or {name: request.binary_default for name in outputs}
+    unknown = sorted(set(wanted) - set(outputs))
+    if unknown:
+        raise InvalidInputError(f"Requested output is not served by the model: {unknown[0]}")
+    described: list[dict[str, Any]] = []
+    chunks: list[bytes] = []
+    for name, binary in wanted.items():
+        value = outputs[name]
+        entry: dict[str, Any] = {"name": name, "datatype": tensors.from_numpy(value.dtype).kserve,
+                                 "shape": list(value.shape)}
+        if binary:
+            data = _to_binary(value)
+            entry["parameters"] = {"binary_data_size": len(data)}
+            chunks.append(data)
+        else:
+            entry["data"] = value.reshape(-1)
+        described.append(entry)
+    doc: dict[str, Any] = {"model_name": model, "model_version": str(version),
+                           "outputs": described}
+    if request.id is not None:
+        doc["id"] = request.id
+    header = dumps(doc)
+    if not chunks:
+        return header, {"content-type": "application/json"}
+    return header + b"".join(chunks), {
+        "content-type": "application/octet-stream",
+        "inference-header-content-length": str(len(header)),
+    }
+
+
+def _to_binary(value: np.ndarray) -> bytes:
+    if value.dtype == object:
+        parts = []
+        for item in value.reshape(-1):
+            raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
+            parts.append(struct.pack("<I", len(raw)) + raw)
+        return b"".join(parts)
+    return np.ascontiguousarray(value).tobytes()

@@ -1,0 +1,90 @@
+"""TF Serving REST predict: row ("instances") and columnar ("inputs") JSON, as TFS shapes them.
+
+Row requests are answered with "predictions" (one output: the values per instance; several:
+a list of {output: value} per instance); columnar with "outputs" (a value or a map).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from core.codecs.common import bytes_array, dumps, is_binary_leaf, loads, numeric_array
+from core.errors import InvalidInputError
+from core.signature import Inputs, TensorSpec
+
+ROW = "row"
+COLUMN = "column"
+_ROW_WHERE = "Could not parse instance content"
+_COLUMN_WHERE = "Could not parse input content"
+
+
+def decode(body: bytes, specs: Mapping[str, TensorSpec]) -> tuple[Inputs, str]:
+    doc = loads(body)
+    if not isinstance(doc, dict) or (("instances" in doc) == ("inputs" in doc)):
+        raise InvalidInputError(
+            "Invalid JSON structure. Could not detect row or column format"
+        )
+    if "instances" in doc:
+        return _rows(doc["instances"], specs), ROW
+    return _columns(doc["inputs"], specs), COLUMN
+
+
+def _rows(instances: Any, specs: Mapping[str, TensorSpec]) -> Inputs:
+    if not isinstance(instances, list) or not instances:
+        raise InvalidInputError("Invalid JSON structure. Missing instances in row format")
+    if all(isinstance(item, dict) and not _is_b64(item) for item in instances):
+        names = list(instances[0])
+        for item in instances:
+            if list(item) != names:
+                raise InvalidInputError(
+                    "Invalid JSON structure. Each instance must name the same inputs"
+                )
+        return {name: _array([item[name] for item in instances], specs, name, _ROW_WHERE)
+                for name in names}
+    return {_only_input(specs): _array(instances, specs, _only_input(specs), _ROW_WHERE)}
+
+
+def _columns(inputs: Any, specs: Mapping[str, TensorSpec]) -> Inputs:
+    if isinstance(inputs, dict) and not _is_b64(inputs):
+        return {name: _array(value, specs, name, _COLUMN_WHERE) for name, value in inputs.items()}
+    name = _only_input(specs)
+    return {name: _array(inputs, specs, name, _COLUMN_WHERE)}
+
+
+def _is_b64(item: dict[str, Any]) -> bool:
+    return "b64" in item and len(item) == 1
+
+
+def _only_input(specs: Mapping[str, TensorSpec]) -> str:
+    if len(specs) != 1:
+        raise InvalidInputError("Inputs inside buffer does not match expected format.")
+    return next(iter(specs))
+
+
+def _array(value: Any, specs: Mapping[str, TensorSpec], name: str, where: str) -> np.ndarray:
+    spec = specs.get(name)
+    if spec is None:
+        # check_names reports unknown names with the OVMS wording; give it a placeholder
+        return np.empty(0)
+    if is_binary_leaf(value):
+        return bytes_array(value, where)
+    return numeric_array(value, spec, where)
+
+
+def encode(outputs: Mapping[str, np.ndarray], form: str) -> bytes:
+    if form == COLUMN:
+        if len(outputs) == 1:
+            return dumps({"outputs": next(iter(outputs.values()))})
+        return dumps({"outputs": dict(outputs)})
+    if len(outputs) == 1:
+        return dumps({"predictions": next(iter(outputs.values()))})
+    batch = {len(value) if value.ndim else 0 for value in outputs.values()}
+    if len(batch) != 1 or 0 in batch:
+        raise InvalidInputError(
+            "Outputs have different batch sizes; use the columnar format (\"inputs\")"
+        )
+    rows = [{name: value[i] for name, value in outputs.items()} for i in range(batch.pop())]
+    return dumps({"predictions": rows})

@@ -1,0 +1,344 @@
+"""OVMS-compatible configuration: config.json, single-model flags and OVS_* env -> frozen objects.
+
+Every problem is reported as a ConfigError naming the JSON path of the offending field, e.g.
+`model_config_list[0].config.nireq: expected a non-negative integer, got "x"`.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from core.errors import ConfigError
+from core.shapes import Dims, ShapeSpec, parse_batch, parse_shape
+
+LAMBDA_PAYLOAD_LIMIT = 6 * 1024 * 1024 - 64 * 1024  # leave room for the event envelope
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+DEFAULT_CACHE_DIR = "/tmp/ov-cache"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionPolicy:
+    kind: str = "latest"  # all | latest | specific
+    num_versions: int = 1
+    versions: tuple[int, ...] = ()
+
+    def select(self, available: list[int]) -> list[int]:
+        """The versions to serve out of those present in the repository."""
+        ordered = sorted(available)
+        if self.kind == "all":
+            return ordered
+        if self.kind == "specific":
+            return [v for v in ordered if v in self.versions]
+        return ordered[-self.num_versions :]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    base_path: str
+    batch_size: Dims | None = None
+    shape: ShapeSpec = None
+    layout: str | dict[str, str] | None = None
+    version_policy: VersionPolicy = VersionPolicy()
+    nireq: int = 0
+    target_device: str = "CPU"
+    plugin_config: Mapping[str, Any] = field(default_factory=dict)
+    allow_cache: bool = True
+    color_format: str = "BGR"  # jpeg/png decode order; OVMS decodes with OpenCV (BGR)
+    stateful: bool = False
+    max_sequence_number: int = 500
+    idle_sequence_cleanup: bool = True
+    low_latency_transformation: bool = False
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    models: tuple[ModelConfig, ...]
+    source: str = ""  # the config file it came from, or "" for flags/env
+    metrics_enabled: bool = True
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Process-wide settings: where the models are and how this process serves them."""
+
+    config_path: str | None = None
+    model_name: str | None = None
+    model_path: str | None = None
+    model_options: Mapping[str, Any] = field(default_factory=dict)  # single-model knobs
+    cache_dir: str = DEFAULT_CACHE_DIR
+    lazy_load: bool = False
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    base_path: str = ""  # URL prefix stripped before routing (API Gateway stage, mapping)
+    reload_interval: float = 0.0
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if env is None else env
+        options: dict[str, Any] = {}
+        for key in ("batch_size", "shape", "layout", "target_device", "model_version_policy"):
+            if f"OVS_{key.upper()}" in env:
+                options[key] = env[f"OVS_{key.upper()}"]
+        if "OVS_NIREQ" in env:
+            options["nireq"] = _env_int(env, "OVS_NIREQ")
+        if "OVS_PLUGIN_CONFIG" in env:
+            options["plugin_config"] = _json_env(env, "OVS_PLUGIN_CONFIG")
+        if isinstance(options.get("model_version_policy"), str):
+            options["model_version_policy"] = _json_env(env, "OVS_MODEL_VERSION_POLICY")
+        on_lambda = "AWS_LAMBDA_FUNCTION_NAME" in env
+        default_limit = LAMBDA_PAYLOAD_LIMIT if on_lambda else DEFAULT_MAX_REQUEST_BYTES
+        settings = cls(
+            config_path=env.get("OVS_CONFIG_PATH") or None,
+            model_name=env.get("OVS_MODEL_NAME") or None,
+            model_path=env.get("OVS_MODEL_PATH") or None,
+            model_options=options,
+            cache_dir=env.get("OVS_CACHE_DIR", DEFAULT_CACHE_DIR),
+            lazy_load=env.get("OVS_LAZY_LOAD", "0").lower() in ("1", "true", "yes"),
+            max_request_bytes=_env_int(env, "OVS_MAX_REQUEST_BYTES", default_limit),
+            base_path=env.get("OVS_BASE_PATH", "").rstrip("/"),
+            reload_interval=float(env.get("OVS_RELOAD_INTERVAL", "0") or 0),
+            log_level=env.get("OVS_LOG_LEVEL", "INFO").upper(),
+        )
+        return replace(settings, **overrides)
+
+    def server_config(self) -> ServerConfig:
+        """Read the config file, or build the single-model config from flags/env."""
+        if self.config_path and (self.model_path or self.model_name):
+            raise ConfigError("Use either config_path or model_path with model_name")
+        if self.config_path:
+            return load_config_file(self.config_path)
+        if self.model_path:
+            entry = {"name": self.model_name or _default_name(self.model_path),
+                     "base_path": self.model_path, **self.model_options}
+            return ServerConfig((parse_model_config(entry, "model"),))
+        if self.model_name:
+            raise ConfigError("model_path is required with model_name")
+        raise ConfigError(
+            "No models configured: set --config_path or --model_name/--model_path "
+            "(env OVS_CONFIG_PATH or OVS_MODEL_NAME/OVS_MODEL_PATH)"
+        )
+
+
+def _default_name(path: str) -> str:
+    return posixpath.basename(path.rstrip("/")) or "model"
+
+
+def _env_int(env: Mapping[str, str], key: str, default: int = 0) -> int:
+    try:
+        return int(env.get(key, default))
+    except ValueError:
+        raise ConfigError(f"{key}: expected an integer, got {env[key]!r}") from None
+
+
+def _json_env(env: Mapping[str, str], key: str) -> Any:
+    try:
+        return orjson.loads(env[key])
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{key}: not valid JSON: {exc}") from None
+
+
+# -- config.json -------------------------------------------------------------------------------
+
+_TOP_KEYS = {"model_config_list", "pipeline_config_list", "custom_node_library_config_list",
+             "monitoring"}
+_MODEL_KEYS = {"name", "base_path", "batch_size", "shape", "layout", "model_version_policy",
+               "nireq", "target_device", "plugin_config", "allow_cache", "color_format",
+               "stateful", "max_sequence_number", "idle_sequence_cleanup",
+               "low_latency_transformation"}
+
+
+def load_config_file(path: str) -> ServerConfig:
+    from core.storage import read_file
+
+    try:
+        raw = read_file(path)
+    except OSError as exc:
+        raise ConfigError(f"Config file not found or cannot open: {path}: {exc}") from exc
+    return parse_config(raw, path)
+
+
+def parse_config(raw: bytes, source: str = "") -> ServerConfig:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"Configuration file is not a valid JSON file: {source}: {exc}") from exc
+    _require_object(doc, "$")
+    _reject_unknown(doc, _TOP_KEYS, "$")
+    for unsupported in ("pipeline_config_list", "custom_node_library_config_list"):
+        if doc.get(unsupported):
+            raise ConfigError(f"{unsupported}: pipelines are not supported by this version yet")
+    entries = doc.get("model_config_list")
+    if not isinstance(entries, list):
+        raise ConfigError("model_config_list: required, must be a list")
+    base_dir = _dirname(source)
+    models: list[ModelConfig] = []
+    for index, entry in enumerate(entries):
+        path = f"model_config_list[{index}]"
+        _require_object(entry, path)
+        _reject_unknown(entry, {"config"}, path)
+        model = parse_model_config(entry.get("config"), f"{path}.config", base_dir)
+        if any(m.name == model.name for m in models):
+            raise ConfigError(f"{path}.config.name: model name {model.name!r} is duplicated")
+        models.append(model)
+    return ServerConfig(tuple(models), source, _metrics_enabled(doc.get("monitoring")))
+
+
+def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig:
+    _require_object(entry, path)
+    _reject_unknown(entry, _MODEL_KEYS, path)
+    name = entry.get("name")
+    if not isinstance(name, str) or not name or "/" in name or ":" in name or len(name) > 255:
+        raise ConfigError(f"{path}.name: required, a non-empty name without '/' or ':'")
+    base_path = entry.get("base_path")
+    if not isinstance(base_path, str) or not base_path:
+        raise ConfigError(f"{path}.base_path: required, a path or bucket URL")
+    try:
+        return ModelConfig(
+            name=name,
+            base_path=_resolve(base_dir, base_path),
+            batch_size=parse_batch(entry.get("batch_size"), f"{path}.batch_size"),
+            shape=parse_shape(entry.get("shape"), f"{path}.shape"),
+            layout=_layout(entry.get("layout"), f"{path}.layout"),
+            version_policy=parse_version_policy(
+                entry.get("model_version_policy"), f"{path}.model_version_policy"),
+            nireq=_int(entry.get("nireq", 0), f"{path}.nireq", minimum=0),
+            target_device=_str(entry.get("target_device", "CPU"), f"{path}.target_device"),
+            plugin_config=_plugin_config(entry.get("plugin_config", {}),
+                                         f"{path}.plugin_config"),
+            allow_cache=_bool(entry.get("allow_cache", True), f"{path}.allow_cache"),
+            color_format=_choice(entry.get("color_format", "BGR"), ("RGB", "BGR"),
+                                 f"{path}.color_format"),
+            stateful=_bool(entry.get("stateful", False), f"{path}.stateful"),
+            max_sequence_number=_int(entry.get("max_sequence_number", 500),
+                                     f"{path}.max_sequence_number", minimum=1),
+            idle_sequence_cleanup=_bool(entry.get("idle_sequence_cleanup", True),
+                                        f"{path}.idle_sequence_cleanup"),
+            low_latency_transformation=_bool(entry.get("low_latency_transformation", False),
+                                             f"{path}.low_latency_transformation"),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def parse_version_policy(value: Any, path: str) -> VersionPolicy:
+    if value is None:
+        return VersionPolicy()
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise ConfigError(f"{path}: Model version policy is in wrong format") from None
+    if not isinstance(value, dict) or len(value) != 1:
+        raise ConfigError(f"{path}: Model version policy is in wrong format; expected exactly "
+                          'one of {"all": {}}, {"latest": {...}}, {"specific": {...}}')
+    ((kind, body),) = value.items()
+    if kind not in ("all", "latest", "specific") or not isinstance(body, dict):
+        raise ConfigError(f"{path}: Model version policy contains unsupported key: {kind}")
+    if kind == "all":
+        _reject_unknown(body, set(), f"{path}.all")
+        return VersionPolicy("all")
+    if kind == "latest":
+        _reject_unknown(body, {"num_versions"}, f"{path}.latest")
+        count = _int(body.get("num_versions", 1), f"{path}.latest.num_versions", minimum=1)
+        return VersionPolicy("latest", num_versions=count)
+    _reject_unknown(body, {"versions"}, f"{path}.specific")
+    versions = body.get("versions")
+    if not isinstance(versions, list) or not versions:
+        raise ConfigError(f"{path}.specific.versions: required, a non-empty list")
+    picked = tuple(_int(v, f"{path}.specific.versions[{i}]", minimum=1)
+                   for i, v in enumerate(versions))
+    return VersionPolicy("specific", versions=picked)
+
+
+def _metrics_enabled(monitoring: Any) -> bool:
+    if monitoring is None:
+        return True
+    _require_object(monitoring, "monitoring")
+    metrics = monitoring.get("metrics", {})
+    _require_object(metrics, "monitoring.metrics")
+    return _bool(metrics.get("enable", True), "monitoring.metrics.enable")
+
+
+def _dirname(source: str) -> str:
+    if "://" in source:
+        return source.rsplit("/", 1)[0] if "/" in source.split("://", 1)[1] else source
+    return str(Path(source).parent) if source else ""
+
+
+def _resolve(base_dir: str, base_path: str) -> str:
+    """OVMS resolves a relative base_path against the config file's folder."""
+    if "://" in base_path or os.path.isabs(base_path) or not base_dir:
+        return base_path
+    if "://" in base_dir:
+        return posixpath.normpath(f"{base_dir}/{base_path}").replace(":/", "://", 1)
+    return os.path.normpath(os.path.join(base_dir, base_path))
+
+
+def _require_object(value: Any, path: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(value).__name__}")
+
+
+def _reject_unknown(value: dict[str, Any], allowed: set[str], path: str) -> None:
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise ConfigError(f"{path}.{unknown[0]}: unknown field (JSON schema parse error)")
+
+
+def _int(value: Any, path: str, minimum: int | None = None) -> int:
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{path}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(value: Any, path: str) -> bool:
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+    return value
+
+
+def _str(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{path}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _choice(value: Any, options: tuple[str, ...], path: str) -> str:
+    if value not in options:
+        raise ConfigError(f"{path}: expected one of {', '.join(options)}, got {value!r}")
+    return str(value)
+
+
+def _layout(value: Any, path: str) -> str | dict[str, str] | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+        return dict(value)
+    raise ConfigError(f"{path}: expected a layout string or a map of input name to layout")
+
+
+def _plugin_config(value: Any, path: str) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise ConfigError(f"{path}: not valid JSON") from None
+    _require_object(value, path)
+    for key, item in value.items():
+        if not isinstance(item, (str, int, float, bool)):
+            raise ConfigError(f"{path}.{key}: expected a string, number or boolean")
+    return dict(value)

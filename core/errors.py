@@ -1,0 +1,121 @@
+"""One exception hierarchy for everything a client can be told.
+
+    ServingError                      500 INTERNAL
+    ├── InvalidInputError             400 INVALID_ARGUMENT
+    │   └── ImageDecodeError          400 INVALID_ARGUMENT
+    ├── JsonInvalidError              412 FAILED_PRECONDITION (as OVMS answers malformed JSON)
+    ├── NotFoundError                 404 NOT_FOUND
+    │   ├── ModelNotFoundError
+    │   ├── VersionNotFoundError
+    │   └── RouteNotFoundError
+    ├── ModelNotReadyError            404 UNAVAILABLE (OVMS: "not loaded yet")
+    ├── MethodNotAllowedError         405 UNIMPLEMENTED
+    ├── PayloadTooLargeError          413 RESOURCE_EXHAUSTED
+    ├── UnsupportedMediaTypeError     415 INVALID_ARGUMENT
+    ├── PreconditionError             412 FAILED_PRECONDITION (reshape, compile)
+    ├── ServerNotReadyError           503 UNAVAILABLE
+    ├── StorageError                  502 UNAVAILABLE
+    ├── ConfigError                   400 INVALID_ARGUMENT (config file or flags)
+    └── InternalError                 500 INTERNAL
+
+Each class carries its HTTP status and the *name* of its gRPC status code, so core/ never
+imports grpc. REST bodies are `{"error": "..."}` exactly as TF Serving and OVMS return them.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import orjson
+
+
+class ServingError(Exception):
+    http_status: ClassVar[int] = 500
+    grpc_code: ClassVar[str] = "INTERNAL"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_body(self) -> bytes:
+        return orjson.dumps({"error": self.message})
+
+
+class InvalidInputError(ServingError):
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class ImageDecodeError(InvalidInputError):
+    pass
+
+
+class JsonInvalidError(ServingError):
+    http_status = 412
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class NotFoundError(ServingError):
+    http_status = 404
+    grpc_code = "NOT_FOUND"
+
+
+class ModelNotFoundError(NotFoundError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Model with requested name is not found - name: {name}")
+        self.name = name
+
+
+class VersionNotFoundError(NotFoundError):
+    def __init__(self, name: str, version: int) -> None:
+        super().__init__(
+            f"Model with requested version is not found - name: {name}; version: {version}"
+        )
+
+
+class RouteNotFoundError(NotFoundError):
+    pass
+
+
+class ModelNotReadyError(ServingError):
+    http_status = 404
+    grpc_code = "UNAVAILABLE"
+
+
+class MethodNotAllowedError(ServingError):
+    http_status = 405
+    grpc_code = "UNIMPLEMENTED"
+
+
+class PayloadTooLargeError(ServingError):
+    http_status = 413
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class UnsupportedMediaTypeError(ServingError):
+    http_status = 415
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class PreconditionError(ServingError):
+    http_status = 412
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class ServerNotReadyError(ServingError):
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
+
+
+class StorageError(ServingError):
+    http_status = 502
+    grpc_code = "UNAVAILABLE"
+
+
+class ConfigError(ServingError):
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class InternalError(ServingError):
+    pass

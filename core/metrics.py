@@ -1,0 +1,81 @@
+"""Prometheus metrics with OVMS's names (ovms_requests_success, ovms_request_time_us, ...)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from core.errors import ModelNotFoundError
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+_LABELS = ("api", "interface", "method", "name", "version")
+_BUCKETS_US = (100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+               1000000, 2500000, 5000000, 10000000)
+
+REQUESTS_SUCCESS = Counter("ovms_requests_success", "Number of successful requests",
+                           _LABELS, registry=REGISTRY)
+REQUESTS_FAIL = Counter("ovms_requests_fail", "Number of failed requests", _LABELS,
+                        registry=REGISTRY)
+REQUEST_TIME = Histogram("ovms_request_time_us", "Processing time of requests to a model",
+                         ("api", "interface", "name", "version"), buckets=_BUCKETS_US,
+                         registry=REGISTRY)
+INFERENCE_TIME = Histogram("ovms_inference_time_us", "Inference execution time in the model",
+                           ("name", "version"), buckets=_BUCKETS_US, registry=REGISTRY)
+CURRENT_REQUESTS = Gauge("ovms_current_requests", "Number of requests being processed",
+                         registry=REGISTRY)
+COLD_START = Gauge("ov_serverless_cold_start_seconds", "Cold-start stage durations",
+                   ("stage",), registry=REGISTRY)
+
+
+class Track:
+    def __init__(self, api: str, interface: str, method: str, name: str,
+                 version: int | None) -> None:
+        self.labels = (api, interface, method, name)
+        self.version = version
+
+    def infer(self, servable: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        started = time.perf_counter()
+        outputs: dict[str, np.ndarray] = servable.infer(inputs)
+        INFERENCE_TIME.labels(servable.name, str(servable.version)).observe(
+            (time.perf_counter() - started) * 1e6
+        )
+        return outputs
+
+
+@contextmanager
+def track(api: str, interface: str, method: str, name: str,
+          version: int | None) -> Iterator[Track]:
+    """Count one request as success or failure and time it."""
+    record = Track(api, interface, method, name, version)
+    started = time.perf_counter()
+    CURRENT_REQUESTS.inc()
+    try:
+        yield record
+    except Exception as exc:
+        labels = record.labels
+        if isinstance(exc, ModelNotFoundError):  # never a label per made-up name
+            labels = (*labels[:3], "")
+        REQUESTS_FAIL.labels(*labels, _v(record.version)).inc()
+        raise
+    else:
+        REQUESTS_SUCCESS.labels(*record.labels, _v(record.version)).inc()
+        if method in ("Predict", "ModelInfer"):
+            REQUEST_TIME.labels(api, interface, name, _v(record.version)).observe(
+                (time.perf_counter() - started) * 1e6
+            )
+    finally:
+        CURRENT_REQUESTS.dec()
+
+
+def _v(version: int | None) -> str:
+    return "" if version is None else str(version)
+
+
+def exposition() -> tuple[bytes, str]:
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

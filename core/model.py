@@ -1,0 +1,232 @@
+"""One model version: find the file, read, reshape/layout, rename, compile, serve requests.
+
+A version is built once per process and reused by every request of a warm instance. Requests
+borrow an InferRequest from a pool sized by `nireq`; OpenVINO releases the GIL while it runs,
+so concurrent requests from a threaded server really overlap.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from core import tensors
+from core.config import ModelConfig
+from core.errors import ModelNotReadyError, PreconditionError, ServingError
+from core.shapes import ANY, Dim, Dims
+from core.signature import Inputs, TensorSpec, validate
+
+log = logging.getLogger("ov_serverless.model")
+
+MODEL_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite")
+MAX_ELEMENTS = 256 * 1024 * 1024
+
+
+class State(enum.IntEnum):
+    START = 10
+    LOADING = 20
+    AVAILABLE = 30
+    UNLOADING = 40
+    END = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    state: State
+    error_code: str = "OK"  # OK | UNKNOWN | FAILED_PRECONDITION, as OVMS reports them
+    error_message: str = "OK"
+
+
+_core: ov.Core | None = None
+_core_lock = threading.Lock()
+
+
+def ov_core() -> ov.Core:
+    """One ov.Core per process: device plugins are loaded once."""
+    global _core
+    with _core_lock:
+        if _core is None:
+            _core = ov.Core()
+        return _core
+
+
+def find_model_file(folder: Path) -> Path:
+    """OVMS detection order: IR, ONNX, Paddle, TF SavedModel / frozen pb, TFLite."""
+    if (folder / "saved_model.pb").is_file():
+        return folder
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    for suffix in MODEL_SUFFIXES:
+        for path in files:
+            if path.suffix == suffix:
+                return path
+    raise ServingError(f"Could not find file for model in {folder}")
+
+
+class ModelVersion:
+    def __init__(self, config: ModelConfig, version: int, folder: Path, cache_dir: str) -> None:
+        self.config = config
+        self.name = config.name
+        self.version = version
+        self.folder = folder
+        self.cache_dir = cache_dir
+        self.status = Status(State.START)
+        self.inputs: dict[str, TensorSpec] = {}
+        self.outputs: dict[str, TensorSpec] = {}
+        self.timings: dict[str, float] = {}
+        self._input_ports: dict[str, str] = {}  # served name -> model tensor name
+        self._output_names: list[str] = []  # served names in model output order
+        self._compiled: ov.CompiledModel | None = None
+        self._pool: queue.Queue[ov.InferRequest] = queue.Queue()
+        self._inflight = 0
+        self._idle = threading.Condition()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        self._set(Status(State.LOADING))
+        try:
+            self._build()
+        except ServingError as exc:
+            self._fail("UNKNOWN", exc.message)
+        except (RuntimeError, OSError, ValueError, TypeError) as exc:
+            self._fail("UNKNOWN", f"{type(exc).__name__}: {exc}")
+        else:
+            self._set(Status(State.AVAILABLE))
+
+    def retire(self) -> None:
+        """UNLOADING until in-flight requests finish, then END; resources are released."""
+        self._set(Status(State.UNLOADING))
+        with self._idle:
+            self._idle.wait_for(lambda: self._inflight == 0, timeout=300)
+        self._compiled = None
+        self._pool = queue.Queue()
+        self._set(Status(State.END))
+
+    def _build(self) -> None:
+        from core import mapping, reshape
+
+        started = time.perf_counter()
+        path = find_model_file(self.folder)
+        model = ov_core().read_model(str(path))
+        self.timings["read_s"] = time.perf_counter() - started
+        aliases = mapping.load(self.folder)
+        reshape.apply(model, self.config, aliases)
+        self._describe(model, aliases)
+        started = time.perf_counter()
+        self._compiled = ov_core().compile_model(
+            model, self.config.target_device, self._compile_config()
+        )
+        self.timings["compile_s"] = time.perf_counter() - started
+        self._fill_pool()
+
+    def _compile_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+        config.update({k: str(v) for k, v in self.config.plugin_config.items()})
+        if self.config.allow_cache and self.cache_dir:
+            config.setdefault("CACHE_DIR", str(Path(self.cache_dir) / "compiled"))
+        return config
+
+    def _fill_pool(self) -> None:
+        assert self._compiled is not None
+        size = self.config.nireq or int(
+            self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")
+        )
+        for _ in range(max(size, 1)):
+            self._pool.put(self._compiled.create_infer_request())
+
+    def _describe(self, model: ov.Model, aliases: Any) -> None:
+        for port in model.inputs:
+            real = _port_name(port)
+            served = aliases.inputs.get(real, real)
+            self._input_ports[served] = real
+            self.inputs[served] = _spec(served, port)
+        for port in model.outputs:
+            real = _port_name(port)
+            served = aliases.outputs.get(real, real)
+            self._output_names.append(served)
+            self.outputs[served] = _spec(served, port)
+
+    def _set(self, status: Status) -> None:
+        self.status = status
+        log.info(
+            'STATUS CHANGE: Version %d of model %s status change. New status: '
+            '( "state": "%s", "error_code": "%s" )',
+            self.version, self.name, status.state.name, status.error_code,
+        )
+
+    def _fail(self, code: str, message: str) -> None:
+        self.status = Status(State.LOADING, code, message)
+        log.error("Version %d of model %s failed to load: %s", self.version, self.name, message)
+
+    # -- serving -------------------------------------------------------------------------------
+
+    @property
+    def available(self) -> bool:
+        return self.status.state is State.AVAILABLE
+
+    def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
+        """Validate and run one request; outputs are owned by the caller."""
+        ready = validate(self.inputs, inputs, MAX_ELEMENTS, self.config.color_format)
+        feed = {self._input_ports[name]: array for name, array in ready.items()}
+        with self._idle:
+            if self.status.state is not State.AVAILABLE:
+                raise ModelNotReadyError(
+                    f"Model with requested version is not loaded yet - name: {self.name}; "
+                    f"version: {self.version}"
+                )
+            self._inflight += 1
+        try:
+            return self._run(feed)
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
+
+    def _run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        request = self._pool.get()
+        try:
+            results = request.infer(feed, share_inputs=True, share_outputs=False)
+        except RuntimeError as exc:
+            raise PreconditionError(f"Inference failed: {exc}") from None
+        finally:
+            self._pool.put(request)
+        return {name: np.asarray(value) for name, value in
+                zip(self._output_names, results.to_tuple(), strict=True)}
+
+
+def _port_name(port: ov.Output) -> str:
+    names = port.get_names()
+    if names:
+        return str(port.get_any_name())
+    return str(port.get_node().get_friendly_name())
+
+
+def _spec(name: str, port: ov.Output) -> TensorSpec:
+    shape = port.get_partial_shape()
+    dims: Dims = tuple(_dim(d) for d in shape) if shape.rank.is_static else (ANY,)
+    layout = ""
+    node = port.get_node()
+    if hasattr(node, "get_layout"):
+        layout = _layout_text(node.get_layout())
+    return TensorSpec(name, tensors.from_ov(port.get_element_type().get_type_name()), dims, layout)
+
+
+def _dim(dim: ov.Dimension) -> Dim:
+    if dim.is_static:
+        return (dim.get_length(), dim.get_length())
+    low, high = dim.get_min_length(), dim.get_max_length()
+    return ANY if high == -1 else (max(low, 1), high)
+
+
+def _layout_text(layout: ov.Layout) -> str:
+    text = layout.to_string().strip("[]").replace(",", "")
+    return text if text.isalpha() else ""

@@ -1,0 +1,118 @@
+"""Apply a model config's shape, batch_size and layout to a read (not yet compiled) model.
+
+`shape` wins over `batch_size`. "auto" (OVMS: reload to fit each request) is served as a
+dynamic dimension, which OVMS itself now recommends. A layout "NHWC:NCHW" means
+<request layout>:<model layout> and adds a transpose inside the compiled model.
+"""
+
+from __future__ import annotations
+
+import openvino as ov
+
+from core.config import ModelConfig
+from core.errors import PreconditionError, ServingError
+from core.mapping import Aliases
+from core.shapes import ANY, Dim, Dims
+
+Layouts = dict[str, tuple[str | None, str]]  # model input name -> (request layout, model layout)
+
+
+def apply(model: ov.Model, config: ModelConfig, aliases: Aliases) -> None:
+    names = [_name(port) for port in model.inputs]
+    real = {alias: name for name, alias in aliases.inputs.items()}
+    layouts = _layouts(config.layout, names, real)
+    for port in model.inputs:
+        layout = layouts.get(_name(port))
+        if layout is not None:
+            port.get_node().set_layout(ov.Layout(layout[1]))
+    shapes = _shapes(config, model, real, layouts)
+    if shapes:
+        try:
+            model.reshape(shapes)
+        except RuntimeError as exc:
+            raise PreconditionError(
+                f"Model could not be reshaped with requested shape: {exc}"
+            ) from None
+    transposed = {n: lay for n, lay in layouts.items() if lay[0] and lay[0] != lay[1]}
+    if transposed:
+        _add_transposes(model, transposed)
+
+
+def _name(port: ov.Output) -> str:
+    return str(port.get_any_name()) if port.get_names() else port.get_node().get_friendly_name()
+
+
+def _resolve(name: str, names: list[str] | set[str], real: dict[str, str]) -> str:
+    resolved = real.get(name, name)
+    if resolved not in names:
+        raise ServingError(f"Config names an input that the model does not have: {name}")
+    return resolved
+
+
+def _layouts(value: str | dict[str, str] | None, names: list[str], real: dict[str, str]
+             ) -> Layouts:
+    if value is None:
+        return {}
+    items = value.items() if isinstance(value, dict) else ((n, value) for n in names)
+    parsed: Layouts = {}
+    for name, text in items:
+        request, sep, model = text.partition(":")
+        parsed[_resolve(name, names, real)] = (request, model) if sep else (None, request)
+    return parsed
+
+
+def _shapes(config: ModelConfig, model: ov.Model, real: dict[str, str], layouts: Layouts
+            ) -> dict[str, ov.PartialShape]:
+    names = [_name(port) for port in model.inputs]
+    shapes: dict[str, ov.PartialShape] = {}
+    spec = config.shape
+    if isinstance(spec, dict):
+        for name, dims in spec.items():
+            shapes[_resolve(name, names, real)] = _partial(dims, model, _resolve(name, names,
+                                                                                 real))
+    elif spec is not None:
+        if spec != "auto" and len(names) != 1:
+            raise ServingError("A shape without input names is allowed only for a model with "
+                               "one input (ANONYMOUS_FIXED_SHAPE_NOT_ALLOWED)")
+        shapes = {name: _partial(spec, model, name) for name in names}
+    if config.batch_size is not None:
+        for port in model.inputs:
+            name = _name(port)
+            if name not in shapes and port.get_partial_shape().rank.is_static:
+                shapes[name] = _with_batch(port, config.batch_size, layouts.get(name))
+    return shapes
+
+
+def _partial(dims: str | Dims, model: ov.Model, name: str) -> ov.PartialShape:
+    if dims == "auto":
+        rank = model.input(name).get_partial_shape().rank.get_length()
+        return ov.PartialShape([ov.Dimension()] * rank)
+    assert not isinstance(dims, str)
+    return ov.PartialShape([_dimension(d) for d in dims])
+
+
+def _dimension(dim: Dim) -> ov.Dimension:
+    if dim == ANY:
+        return ov.Dimension()
+    return ov.Dimension(dim[0]) if dim[0] == dim[1] else ov.Dimension(dim[0], dim[1])
+
+
+def _with_batch(port: ov.Output, batch: Dim, layout: tuple[str | None, str] | None
+                ) -> ov.PartialShape:
+    shape = list(port.get_partial_shape())
+    if not shape:
+        return ov.PartialShape(shape)
+    index = layout[1].index("N") if layout and "N" in layout[1] else 0
+    shape[index] = _dimension(batch)
+    return ov.PartialShape(shape)
+
+
+def _add_transposes(model: ov.Model, layouts: Layouts) -> None:
+    from openvino.preprocess import PrePostProcessor
+
+    ppp = PrePostProcessor(model)
+    for name, (request, model_layout) in layouts.items():
+        assert request is not None
+        ppp.input(name).tensor().set_layout(ov.Layout(request))
+        ppp.input(name).model().set_layout(ov.Layout(model_layout))
+    ppp.build()

@@ -1,0 +1,119 @@
+"""What a servable accepts and returns, and the checks every request passes before inference.
+
+Messages follow OVMS word for word where OVMS has one, so clients that match on them keep
+working: "Invalid input shape - Expected: (1,3,224,224); Actual: (1,3,100,100); input name: x".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from core import tensors
+from core.errors import InvalidInputError
+from core.shapes import Dims, fits, format_actual, format_dims
+from core.tensors import DType
+
+Inputs = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    name: str  # the served name (after mapping_config.json)
+    dtype: DType
+    dims: Dims
+    layout: str = ""  # e.g. "NCHW"; "" when unknown
+
+    @property
+    def batch_index(self) -> int | None:
+        if "N" in self.layout:
+            return self.layout.index("N")
+        return 0 if self.dims else None
+
+    @property
+    def image_layout(self) -> str | None:
+        """NHWC or NCHW when this input can take jpeg/png images, else None."""
+        if len(self.dims) != 4 or self.dtype is tensors.BYTES:
+            return None
+        if self.layout in ("NHWC", "NCHW"):
+            return self.layout
+        channels_last, channels_first = self.dims[3], self.dims[1]
+        if channels_last[1] in (1, 3, 4) and channels_first[1] not in (1, 3, 4):
+            return "NHWC"
+        if channels_first[1] in (1, 3, 4):
+            return "NCHW"
+        return None
+
+    def check_shape(self, shape: tuple[int, ...]) -> None:
+        if len(shape) != len(self.dims):
+            raise InvalidInputError(
+                f"Invalid number of shape dimensions - Expected: {format_dims(self.dims)}; "
+                f"Actual: {format_actual(shape)}; input name: {self.name}"
+            )
+        batch = self.batch_index
+        if batch is not None and not fits(self.dims[batch], shape[batch]):
+            raise InvalidInputError(
+                f"Invalid input batch size - Expected: {_format_dim(self.dims[batch])}; "
+                f"Actual: {shape[batch]}; input name: {self.name}"
+            )
+        if not all(fits(dim, size) for dim, size in zip(self.dims, shape, strict=True)):
+            raise InvalidInputError(
+                f"Invalid input shape - Expected: {format_dims(self.dims)}; "
+                f"Actual: {format_actual(shape)}; input name: {self.name}"
+            )
+
+
+def _format_dim(dim: tuple[int, int]) -> str:
+    return format_dims((dim,))[1:-1]
+
+
+def check_names(specs: Mapping[str, TensorSpec], inputs: Mapping[str, object]) -> None:
+    for name in specs:
+        if name not in inputs:
+            raise InvalidInputError(
+                f"Missing input with specific name - Required input: {name}"
+            )
+    if len(inputs) != len(specs):
+        extra = sorted(set(inputs) - set(specs))
+        raise InvalidInputError(
+            f"Invalid number of inputs - Expected: {len(specs)}; Actual: {len(inputs)}; "
+            f"unexpected input: {', '.join(extra)[:200]}"
+        )
+
+
+def check_precision(spec: TensorSpec, actual: DType) -> None:
+    if actual is not spec.dtype:
+        raise InvalidInputError(
+            f"Invalid input precision - Expected: {spec.dtype.ovms}; Actual: {actual.ovms}; "
+            f"input name: {spec.name}"
+        )
+
+
+def validate(
+    specs: Mapping[str, TensorSpec], inputs: Inputs, max_elements: int, color_format: str = "BGR"
+) -> Inputs:
+    """Check names, dtypes and shapes; decode jpeg/png tensors for image inputs."""
+    check_names(specs, inputs)
+    ready: Inputs = {}
+    for name, spec in specs.items():
+        array = inputs[name]
+        if array.dtype == object and spec.dtype is not tensors.BYTES:
+            if spec.image_layout is None:
+                raise InvalidInputError(
+                    "Received binary image input but resource not configured to accept "
+                    f"NHWC layout; input name: {name}"
+                )
+            from core.codecs import images
+
+            array = images.decode_batch(array, spec, color_format)
+        else:
+            check_precision(spec, tensors.from_numpy(array.dtype))
+        if array.size > max_elements:
+            raise InvalidInputError(
+                f"Input {name} has {array.size} elements; the limit is {max_elements}"
+            )
+        spec.check_shape(array.shape)
+        ready[name] = array
+    return ready

@@ -1,0 +1,70 @@
+"""Model repositories behind one small interface, picked by URL scheme.
+
+A backend lists the numeric version folders under a base path with a fingerprint of each
+(ETag / generation / size+mtime, so a reload can skip unchanged versions) and makes one
+version's files available as a local folder. Cloud SDKs are imported only inside their own
+module, and only when a URL of that scheme is opened.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Protocol
+
+REMOTE_SCHEMES = {
+    "s3": "core.storage.s3",
+    "gs": "core.storage.gcs",
+    "az": "core.storage.azure",
+    "azure": "core.storage.azure",
+    "azfs": "core.storage.azure",
+}
+
+
+class Repository(Protocol):
+    """One model's base path: `<base>/<version>/<files>`."""
+
+    url: str
+
+    def versions(self) -> dict[int, str]:
+        """Numeric version folders -> fingerprint of their files (changes when a file does)."""
+        ...
+
+    def fetch(self, version: int) -> Path:
+        """A local folder holding exactly that version's files (downloaded if remote)."""
+        ...
+
+
+def scheme_of(url: str) -> str:
+    head, sep, _ = url.partition("://")
+    return head.lower() if sep else ""
+
+
+def open_repository(url: str, cache_dir: Path) -> Repository:
+    """The backend for `url`; remote versions are downloaded under `cache_dir`."""
+    scheme = scheme_of(url)
+    if not scheme:
+        from core.storage.local import LocalRepository
+
+        return LocalRepository(url)
+    module = REMOTE_SCHEMES.get(scheme)
+    if module is None:
+        from core.errors import StorageError
+
+        raise StorageError(f"Unsupported model repository scheme '{scheme}://' in {url}")
+    backend: Repository = importlib.import_module(module).open_repository(url, cache_dir)
+    return backend
+
+
+def read_file(url: str) -> bytes:
+    """The bytes of one file (a config.json), local or in a bucket."""
+    scheme = scheme_of(url)
+    if not scheme:
+        return Path(url).read_bytes()
+    module = REMOTE_SCHEMES.get(scheme)
+    if module is None:
+        from core.errors import StorageError
+
+        raise StorageError(f"Unsupported config file scheme '{scheme}://' in {url}")
+    data: bytes = importlib.import_module(module).read_file(url)
+    return data

@@ -1,0 +1,178 @@
+"""What every bucket backend shares: URL parsing, versions + fingerprints, atomic download.
+
+A backend (s3.py, gcs.py, azure.py) only lists objects, downloads one object to a path and
+reads one object's bytes, raising StorageError (naming the URL and the cause) for any SDK
+failure. `RemoteRepository` turns that into the Repository protocol:
+
+    versions()  one recursive listing under the prefix, grouped by the first path segment;
+                a version's fingerprint hashes (relative key, etag/generation, size) of its files
+    fetch(v)    <cache_dir>/<scheme>/<bucket>/<prefix>/<v>-<fingerprint>/, downloaded file by
+                file on a thread pool into a hidden temp folder beside it and renamed into place
+                only when complete, so a partial download is never visible; an existing folder
+                with the same fingerprint is reused as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from core.errors import StorageError
+
+log = logging.getLogger("ov_serverless.storage")
+
+# Short enough that a dead endpoint fails in seconds, not minutes; reads may be slow (big .bin).
+CONNECT_TIMEOUT_S = 3.0
+READ_TIMEOUT_S = 30.0
+RETRIES = 2  # retries after the first attempt, with sub-second to ~2 s backoff
+MAX_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    key: str  # full object key / blob name
+    size: int
+    tag: str  # ETag, generation, content MD5: whatever changes when the content does
+
+
+class Backend(Protocol):
+    """One bucket (container) of one provider, reached through its official SDK."""
+
+    scheme: str  # canonical scheme used in cache paths: "s3", "gs", "az"
+    bucket: str
+
+    def list_objects(self, prefix: str) -> Iterator[RemoteObject]:
+        """Every object whose key starts with `prefix` (recursively)."""
+        ...
+
+    def download(self, obj: RemoteObject, dest: Path) -> None: ...
+
+    def read(self, key: str) -> bytes: ...
+
+
+def split_url(url: str, schemes: Iterable[str]) -> tuple[str, str]:
+    """`scheme://bucket/some/prefix/` -> ("bucket", "some/prefix")."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in set(schemes):
+        raise StorageError(f"Not a {'/'.join(schemes)} URL: {url}")
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise StorageError(f"Missing bucket name in {url}")
+    return bucket, prefix.strip("/")
+
+
+def fingerprint(objects: Iterable[RemoteObject], base: str) -> str:
+    digest = hashlib.blake2b(digest_size=10)
+    for obj in sorted(objects, key=lambda o: o.key):
+        digest.update(f"{relative_key(obj.key, base)}\0{obj.tag}\0{obj.size}\n".encode())
+    return digest.hexdigest()
+
+
+def relative_key(key: str, base: str) -> str:
+    """`key` below `base` (both without a leading slash); refuses keys that escape it."""
+    rel = key[len(base) :].lstrip("/") if base else key
+    parts = PurePosixPath(rel).parts
+    if not parts or any(p in ("..", ".") for p in parts) or rel.startswith("/"):
+        raise StorageError(f"Refusing object key that leaves its version folder: {key}")
+    return "/".join(parts)
+
+
+def is_folder_marker(obj: RemoteObject) -> bool:
+    return obj.key.endswith("/")
+
+
+class RemoteRepository:
+    """Repository protocol over a Backend; see the module docstring."""
+
+    def __init__(self, url: str, backend: Backend, prefix: str, cache_dir: Path) -> None:
+        self.url = url
+        self.backend = backend
+        self.prefix = prefix
+        self.cache_root = Path(cache_dir, backend.scheme, backend.bucket, *prefix.split("/"))
+
+    def _key(self, *parts: str) -> str:
+        return "/".join(p for p in (self.prefix, *parts) if p)
+
+    def versions(self) -> dict[int, str]:
+        groups: dict[int, list[RemoteObject]] = {}
+        seen_any = False
+        base = self._key() + "/" if self.prefix else ""
+        for obj in self.backend.list_objects(base):
+            seen_any = True
+            head, sep, _ = obj.key[len(base) :].partition("/")
+            if sep and head.isdigit() and int(head) > 0 and not is_folder_marker(obj):
+                groups.setdefault(int(head), []).append(obj)
+        if not seen_any:
+            raise StorageError(f"The provided base path is invalid or doesn't exists: {self.url}")
+        return {v: fingerprint(objs, self._key(str(v))) for v, objs in sorted(groups.items())}
+
+    def fetch(self, version: int) -> Path:
+        base = self._key(str(version))
+        objects = [o for o in self.backend.list_objects(base + "/") if not is_folder_marker(o)]
+        if not objects:
+            raise StorageError(f"Version folder is missing: {self.url.rstrip('/')}/{version}")
+        target = self.cache_root / f"{version}-{fingerprint(objects, base)}"
+        size = sum(o.size for o in objects)
+        started = time.perf_counter()
+        cached = target.is_dir()
+        if not cached:
+            self._download_all(objects, base, target)
+        log.info(
+            "model version ready",
+            extra={
+                "url": self.url,
+                "version": version,
+                "files": len(objects),
+                "bytes": size,
+                "seconds": round(time.perf_counter() - started, 3),
+                "cached": cached,
+                "path": str(target),
+            },
+        )
+        return target
+
+    def _download_all(self, objects: list[RemoteObject], base: str, target: Path) -> None:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        except OSError as exc:
+            raise StorageError(f"Cannot create cache folder {target.parent}: {exc}") from exc
+        try:
+            jobs = [(o, tmp / relative_key(o.key, base)) for o in objects]
+            with ThreadPoolExecutor(min(MAX_WORKERS, len(jobs))) as pool:
+                # list() re-raises the first failure; the pool waits for the rest before exit
+                list(pool.map(lambda job: self._download_one(*job), jobs))
+            _publish(tmp, target)
+        except OSError as exc:
+            raise StorageError(f"Cannot write {target} for {self.url}: {exc}") from exc
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def _download_one(self, obj: RemoteObject, dest: Path) -> None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self.backend.download(obj, dest)
+        got = dest.stat().st_size
+        if got != obj.size:
+            raise StorageError(
+                f"Incomplete download of {self.backend.scheme}://{self.backend.bucket}/"
+                f"{obj.key}: {got} of {obj.size} bytes"
+            )
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Atomically rename `tmp` to `target`; if another fetch got there first, keep theirs."""
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        if not target.is_dir():
+            raise

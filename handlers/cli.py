@@ -1,0 +1,141 @@
+"""`ov-serverless` command line: serve | invoke | demo-repo.
+
+Flags follow OVMS (`--config_path`, `--model_name`, `--model_path`, `--port`, `--rest_port`,
+...). With no model flags and no OVS_* env, `serve` builds and serves the bundled demo model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.config import Settings
+
+DEMO_ROOT = Path(os.environ.get("OVS_DEMO_DIR", Path.home() / ".cache" / "ov-serverless" / "demo"))
+_MODEL_FLAGS = ("batch_size", "shape", "layout", "target_device", "nireq", "plugin_config",
+                "model_version_policy")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s "
+                        "%(message)s")
+    if args.command == "demo-repo":
+        from demo.models import write_demo_repository
+
+        print(write_demo_repository(Path(args.path)))
+        return 0
+    settings = _settings(args)
+    if args.command == "invoke":
+        return _invoke(settings, args)
+    return _serve(settings, args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ov-serverless", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve REST (and gRPC with --port) until SIGTERM")
+    _model_flags(serve)
+    serve.add_argument("--port", type=int, default=0, help="gRPC port (0 = no gRPC)")
+    serve.add_argument("--rest_port", type=int, default=8000, help="REST port (0 = no REST)")
+    serve.add_argument("--grpc_bind_address", default="0.0.0.0")
+    serve.add_argument("--rest_bind_address", default="127.0.0.1")
+    serve.add_argument("--grpc_workers", type=int, default=0, help="gRPC threads (0 = auto)")
+    serve.add_argument("--rest_workers", type=int, default=0, help="REST threads (0 = auto)")
+    serve.add_argument("--grpc_max_message_bytes", type=int, default=1 << 30)
+    serve.add_argument("--shutdown_grace_seconds", type=float, default=30.0)
+    invoke = sub.add_parser("invoke", help="run one request through the router in-process")
+    _model_flags(invoke)
+    invoke.add_argument("method")
+    invoke.add_argument("path")
+    invoke.add_argument("--data", default="", help="request body, or @file")
+    invoke.add_argument("--header", action="append", default=[], help="'Name: value'")
+    demo = sub.add_parser("demo-repo", help="write the demo model repository to PATH")
+    demo.add_argument("path")
+    for child in (serve, invoke, demo):
+        child.add_argument("--log_level", default="INFO",
+                           choices=["TRACE", "DEBUG", "INFO", "WARNING", "ERROR"],
+                           type=lambda s: "DEBUG" if s.upper() == "TRACE" else s.upper())
+    return parser
+
+
+def _model_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config_path")
+    parser.add_argument("--model_name")
+    parser.add_argument("--model_path")
+    parser.add_argument("--cache_dir")
+    parser.add_argument("--lazy_load", action="store_true", help="compile on first request")
+    parser.add_argument("--file_system_poll_wait_seconds", type=float)
+    parser.add_argument("--max_request_bytes", type=int)
+    for flag in _MODEL_FLAGS:
+        parser.add_argument(f"--{flag}", type=int if flag == "nireq" else str)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    for key in ("config_path", "model_name", "model_path", "cache_dir", "max_request_bytes"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    if args.lazy_load:
+        overrides["lazy_load"] = True
+    if args.file_system_poll_wait_seconds is not None:
+        overrides["reload_interval"] = args.file_system_poll_wait_seconds
+    options = {flag: getattr(args, flag) for flag in _MODEL_FLAGS if getattr(args, flag)}
+    if options:
+        overrides["model_options"] = _decode_json_flags(options)
+    overrides["log_level"] = args.log_level
+    settings = Settings.from_env(**overrides)
+    if not (settings.config_path or settings.model_path or settings.model_name):
+        settings = _demo_settings(settings)
+    return settings
+
+
+def _decode_json_flags(options: dict[str, Any]) -> dict[str, Any]:
+    import orjson
+
+    for key in ("plugin_config", "model_version_policy"):
+        if key in options:
+            options[key] = orjson.loads(options[key])
+    return options
+
+
+def _demo_settings(settings: Settings) -> Settings:
+    from dataclasses import replace
+
+    from demo.models import write_demo_repository
+
+    config = DEMO_ROOT / "config.json"
+    if not config.is_file():
+        write_demo_repository(DEMO_ROOT)
+    print(f"No model configured: serving the demo model repository at {DEMO_ROOT}",
+          file=sys.stderr)
+    return replace(settings, config_path=str(config))
+
+
+def _invoke(settings: Settings, args: argparse.Namespace) -> int:
+    from core.api import App, make_request
+    from core.manager import ModelManager
+
+    body = args.data.encode()
+    if args.data.startswith("@"):
+        body = Path(args.data[1:]).read_bytes()
+    headers = dict(h.split(":", 1) for h in args.header)
+    app = App(ModelManager.start(settings), settings)
+    response = app.handle(make_request(args.method, args.path, body,
+                                       {k.strip(): v.strip() for k, v in headers.items()}))
+    sys.stdout.buffer.write(response.body + b"\n")
+    return 0 if response.status < 400 else 1
+
+
+def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    from handlers.server import serve
+
+    return serve(settings, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
