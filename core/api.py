@@ -38,7 +38,7 @@ class Response:
     def is_binary(self) -> bool:
         """True when the body must travel base64-encoded through JSON-only transports."""
         kind = self.headers.get("content-type", "")
-        return not (kind.startswith("application/json") or kind.startswith("text/"))
+        return not kind.startswith(("application/json", "text/"))
 
 
 JSON = "application/json"

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from core.errors import ConfigError
-from core.shapes import Dims, ShapeSpec, parse_batch, parse_shape
+from core.shapes import Dim, ShapeSpec, parse_batch, parse_shape
 
 LAMBDA_PAYLOAD_LIMIT = 6 * 1024 * 1024 - 64 * 1024  # leave room for the event envelope
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -43,7 +43,7 @@ class VersionPolicy:
 class ModelConfig:
     name: str
     base_path: str
-    batch_size: Dims | None = None
+    batch_size: Dim | None = None
     shape: ShapeSpec = None
     layout: str | dict[str, str] | None = None
     version_policy: VersionPolicy = VersionPolicy()

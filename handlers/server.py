@@ -32,7 +32,7 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-class RestServer(BaseApplication):  # type: ignore[misc]
+class RestServer(BaseApplication):
     def __init__(self, settings: Settings, args: argparse.Namespace) -> None:
         self.settings = settings
         self.args = args

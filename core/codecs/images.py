@@ -14,6 +14,8 @@ import numpy as np
 from core.errors import ImageDecodeError, InvalidInputError
 
 if TYPE_CHECKING:
+    from PIL import Image
+
     from core.signature import TensorSpec
 
 MAX_IMAGE_PIXELS = 64 * 1024 * 1024
@@ -65,9 +67,8 @@ def _decode_one(
                     f"{MAX_IMAGE_PIXELS} pixels; input name: {name}")
             if width[0] > 0 and height[0] > 0:
                 image.draft("RGB", (width[0], height[0]))  # JPEG: decode at reduced scale
-            image = image.convert("L" if channels == 1 else "RGB")
-            image = _resize(image, height, width)
-            array = np.asarray(image)
+            converted = _resize(image.convert("L" if channels == 1 else "RGB"), height, width)
+            array = np.asarray(converted)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise ImageDecodeError(f"Image is too large: {exc}; input name: {name}") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
@@ -82,11 +83,10 @@ def _decode_one(
     return array
 
 
-def _resize(image: object, height: tuple[int, int], width: tuple[int, int]) -> object:
+def _resize(image: Image.Image, height: tuple[int, int], width: tuple[int, int]) -> Image.Image:
     """Resize to a static H/W; clamp into a range; leave a fully dynamic dim alone."""
     from PIL import Image
 
-    assert isinstance(image, Image.Image)
     target_w = _target(width, image.width)
     target_h = _target(height, image.height)
     if (target_w, target_h) == image.size:

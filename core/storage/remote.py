@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Protocol
 
 from core.errors import StorageError
@@ -79,11 +79,11 @@ def fingerprint(objects: Iterable[RemoteObject], base: str) -> str:
 
 def relative_key(key: str, base: str) -> str:
     """`key` below `base` (both without a leading slash); refuses keys that escape it."""
-    rel = key[len(base) :].lstrip("/") if base else key
-    parts = PurePosixPath(rel).parts
-    if not parts or any(p in ("..", ".") for p in parts) or rel.startswith("/"):
+    rel = key[len(base) :].removeprefix("/") if base else key
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
         raise StorageError(f"Refusing object key that leaves its version folder: {key}")
-    return "/".join(parts)
+    return rel
 
 
 def is_folder_marker(obj: RemoteObject) -> bool:

@@ -1,0 +1,33 @@
+# Quick start:  make serve   (set up + serve the demo model on http://127.0.0.1:8000)
+#               make test    (set up + run the whole test suite)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+EXTRAS := aws,gcp,azure,grpc,dev
+
+.PHONY: setup serve test lint bench protos
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+serve: setup
+	$(VENV)/bin/ov-serverless serve --rest_port 8000
+
+test: setup
+	bash scripts/install-azurite.sh
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+bench: setup
+	$(PY) -m bench.run
+
+protos: setup
+	bash scripts/gen_protos.sh
