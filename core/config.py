@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from core.errors import ConfigError
+from core.errors import ConfigError, StorageError
 from core.shapes import Dim, ShapeSpec, parse_batch, parse_shape
 
 LAMBDA_PAYLOAD_LIMIT = 6 * 1024 * 1024 - 64 * 1024  # leave room for the event envelope
@@ -162,6 +162,8 @@ def load_config_file(path: str) -> ServerConfig:
         raw = read_file(path)
     except OSError as exc:
         raise ConfigError(f"Config file not found or cannot open: {path}: {exc}") from exc
+    except StorageError as exc:
+        raise ConfigError(f"Config file not found or cannot open: {exc.message}") from exc
     return parse_config(raw, path)
 
 

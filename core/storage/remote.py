@@ -116,13 +116,13 @@ class RemoteRepository:
         return {v: fingerprint(objs, self._key(str(v))) for v, objs in sorted(groups.items())}
 
     def fetch(self, version: int) -> Path:
+        started = time.perf_counter()
         base = self._key(str(version))
         objects = [o for o in self.backend.list_objects(base + "/") if not is_folder_marker(o)]
         if not objects:
             raise StorageError(f"Version folder is missing: {self.url.rstrip('/')}/{version}")
         target = self.cache_root / f"{version}-{fingerprint(objects, base)}"
         size = sum(o.size for o in objects)
-        started = time.perf_counter()
         cached = target.is_dir()
         if not cached:
             self._download_all(objects, base, target)

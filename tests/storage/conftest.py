@@ -1,0 +1,43 @@
+"""Fixtures: one real emulator per provider for the session, and a `store` that seeds a fresh
+bucket through the provider's real SDK, parametrized over s3 / gs / az.
+
+An emulator that cannot start fails the test with its command and log (never a skip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.emulators import EMULATORS, Emulator
+from tests.storage.helpers import STORES, Store, use_env
+
+
+@pytest.fixture(scope="session")
+def emulators() -> Iterator[dict[str, Emulator]]:
+    started: dict[str, Emulator] = {}
+    try:
+        for scheme, cls in EMULATORS.items():
+            started[scheme] = cls().start()
+        yield started
+    finally:
+        for emulator in started.values():
+            emulator.close()
+
+
+@pytest.fixture(params=sorted(STORES))
+def store(
+    request: pytest.FixtureRequest,
+    emulators: dict[str, Emulator],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Store:
+    emulator = emulators[request.param]
+    use_env(monkeypatch, emulator)
+    return STORES[request.param](emulator).create()
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cache"

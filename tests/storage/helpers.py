@@ -1,0 +1,139 @@
+"""Helpers for the storage tests: a tiny OpenVINO IR and per-provider bucket seeders."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.emulators import Emulator
+
+# Variables that would send a client somewhere other than the emulator under test.
+_FOREIGN_ENV = (
+    "S3_ENDPOINT",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "STORAGE_EMULATOR_HOST",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_ACCOUNT_URL",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+)
+
+
+def use_env(monkeypatch: pytest.MonkeyPatch, emulator: Emulator) -> None:
+    for name in _FOREIGN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {**emulator.env, "NO_PROXY": "127.0.0.1,localhost"}.items():
+        monkeypatch.setenv(name, value)
+
+
+def tiny_ir(scale: float) -> dict[str, bytes]:
+    """model.xml + model.bin of y = x * scale, x: f32[1,4]."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 4], ov.Type.f32, name="input")
+    y = ops.multiply(x, ops.constant(np.full([1, 4], scale, np.float32)))
+    model = ov.Model([ops.result(y)], [x], "tiny")
+    with tempfile.TemporaryDirectory() as tmp:
+        ov.save_model(model, f"{tmp}/model.xml", compress_to_fp16=False)
+        return {name: Path(tmp, name).read_bytes() for name in ("model.xml", "model.bin")}
+
+
+def infer(folder: Path) -> np.ndarray:
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(folder / "model.xml", "CPU")
+    out: np.ndarray = compiled(np.ones([1, 4], np.float32))[0]
+    return out
+
+
+class Store:
+    """A fresh bucket on one emulator, written with the provider's own SDK."""
+
+    scheme = ""
+
+    def __init__(self, emulator: Emulator) -> None:
+        self.emulator = emulator
+        self.bucket = f"models-{uuid.uuid4().hex[:12]}"
+
+    def url(self, path: str = "") -> str:
+        return f"{self.scheme}://{self.bucket}/{path}".rstrip("/")
+
+    def create(self) -> Store:
+        raise NotImplementedError
+
+    def put(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        raise NotImplementedError
+
+    def put_version(self, prefix: str, version: int, scale: float) -> dict[str, bytes]:
+        files = tiny_ir(scale)
+        for name, data in files.items():
+            self.put(f"{prefix}/{version}/{name}", data)
+        return files
+
+
+class S3Store(Store):
+    scheme = "s3"
+
+    def create(self) -> Store:
+        import boto3
+
+        self.client: Any = boto3.client("s3", endpoint_url=self.emulator.endpoint)
+        self.client.create_bucket(Bucket=self.bucket)
+        return self
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=key)
+
+
+class GcsStore(Store):
+    scheme = "gs"
+
+    def create(self) -> Store:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        client = storage.Client(project="test", credentials=AnonymousCredentials())
+        self.handle: Any = client.create_bucket(self.bucket)
+        return self
+
+    def put(self, key: str, data: bytes) -> None:
+        self.handle.blob(key).upload_from_string(data)
+
+    def delete(self, key: str) -> None:
+        self.handle.blob(key).delete()
+
+
+class AzureStore(Store):
+    scheme = "az"
+
+    def create(self) -> Store:
+        from azure.storage.blob import BlobServiceClient
+
+        service = BlobServiceClient.from_connection_string(self.emulator.env[_AZ_CONN])
+        self.handle: Any = service.create_container(self.bucket)
+        return self
+
+    def put(self, key: str, data: bytes) -> None:
+        self.handle.upload_blob(key, data, overwrite=True)
+
+    def delete(self, key: str) -> None:
+        self.handle.delete_blob(key)
+
+
+_AZ_CONN = "AZURE_STORAGE_CONNECTION_STRING"
+STORES: dict[str, type[Store]] = {"s3": S3Store, "gs": GcsStore, "az": AzureStore}
