@@ -7,12 +7,12 @@ Flags follow OVMS (`--config_path`, `--model_name`, `--model_path`, `--port`, `-
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from core import logs
 from core.config import Settings
 
 DEMO_ROOT = Path(os.environ.get("OVS_DEMO_DIR", Path.home() / ".cache" / "ov-serverless" / "demo"))
@@ -22,8 +22,7 @@ _MODEL_FLAGS = ("batch_size", "shape", "layout", "target_device", "nireq", "plug
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s "
-                        "%(message)s")
+    logs.configure(args.log_level)
     if args.command == "demo-repo":
         from demo.models import write_demo_repository
 
@@ -58,8 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("path")
     for child in (serve, invoke, demo):
         child.add_argument("--log_level", default="INFO",
-                           choices=["TRACE", "DEBUG", "INFO", "WARNING", "ERROR"],
-                           type=lambda s: "DEBUG" if s.upper() == "TRACE" else s.upper())
+                           choices=logs.LEVELS, type=str.upper)
     return parser
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from core.api import App, Request, Response, error_response
 from core.errors import InvalidInputError, PayloadTooLargeError
@@ -32,8 +33,7 @@ def to_request(environ: dict[str, Any], max_bytes: int) -> Request:
             f"Request body of {length} bytes exceeds the limit of {max_bytes} bytes"
         )
     body = environ["wsgi.input"].read(length) if length else b""
-    query = dict(part.partition("=")[::2] for part in environ.get("QUERY_STRING", "").split("&")
-                 if part)
+    query = dict(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
     return Request(environ["REQUEST_METHOD"], environ.get("PATH_INFO") or "/", query, headers,
                    body)
 

@@ -1,0 +1,238 @@
+"""Long-running gRPC: TF Serving PredictionService + ModelService, KServe GRPCInferenceService,
+grpc.health.v1 (overall "" and one service per model name) and server reflection.
+
+Servicers only translate: each RPC calls one function of core.codecs.{tfs,kserve}_grpc, and a
+ServingError becomes its gRPC status (NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE, ...). Oversized
+messages are refused by grpc itself (RESOURCE_EXHAUSTED) from --grpc_max_message_bytes.
+Requests beyond --grpc_workers threads wait in the executor's queue; nothing is rejected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from core.codecs import kserve_grpc, tfs_grpc
+from core.config import Settings
+from core.errors import ServingError
+from core.manager import ModelManager
+from protos import pool
+from protos.gen.kserve import grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc
+from protos.gen.tensorflow_serving.apis import (
+    model_management_pb2,
+    model_service_pb2,
+    model_service_pb2_grpc,
+    prediction_service_pb2,
+    prediction_service_pb2_grpc,
+)
+
+log = logging.getLogger("ov_serverless.grpc")
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Method = Callable[[Any, Req, grpc.ServicerContext], Resp]
+
+SERVICES = (
+    prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"].full_name,
+    model_service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
+    grpc_predict_v2_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
+)
+_MAX_GRPC_LENGTH = 2**31 - 1
+
+
+def _rpc(method: Method[Req, Resp]) -> Method[Req, Resp]:
+    """ServingError -> its gRPC code and message; any other exception -> INTERNAL (logged)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Req, context: grpc.ServicerContext) -> Resp:
+        try:
+            return method(self, request, context)
+        except ServingError as exc:
+            code, message = grpc.StatusCode[exc.grpc_code], exc.message
+        except Exception as exc:  # a bug must not take the server down
+            log.exception("Unhandled error in gRPC %s", method.__name__)
+            code, message = grpc.StatusCode.INTERNAL, f"Internal server error: {exc!r}"
+        context.abort(code, message)
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    return wrapper
+
+
+class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+    def __init__(self, manager: ModelManager) -> None:
+        self.manager = manager
+
+    @_rpc
+    def Predict(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        return tfs_grpc.predict(self.manager, request)
+
+    @_rpc
+    def GetModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        return tfs_grpc.metadata(self.manager, request)
+
+
+class ModelService(model_service_pb2_grpc.ModelServiceServicer):
+    def __init__(self, manager: ModelManager) -> None:
+        self.manager = manager
+
+    @_rpc
+    def GetModelStatus(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        return tfs_grpc.status(self.manager, request)
+
+    @_rpc
+    def HandleReloadConfigRequest(  # noqa: N802
+        self, request: Any, context: grpc.ServicerContext
+    ) -> Any:
+        self.manager.reload()
+        response = model_management_pb2.ReloadConfigResponse()
+        response.status.error_message = "OK"
+        return response
+
+
+class InferenceService(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, manager: ModelManager) -> None:
+        self.manager = manager
+
+    @_rpc
+    def ServerLive(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        return kserve_grpc.server_live()
+
+    @_rpc
+    def ServerReady(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        return kserve_grpc.server_ready(self.manager)
+
+    @_rpc
+    def ServerMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        return kserve_grpc.server_metadata()
+
+    @_rpc
+    def ModelReady(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        return kserve_grpc.model_ready(self.manager, request)
+
+    @_rpc
+    def ModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        return kserve_grpc.model_metadata(self.manager, request)
+
+    @_rpc
+    def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        return kserve_grpc.infer(self.manager, request)
+
+
+class ModelHealth(health.HealthServicer):
+    """grpc.health.v1 with "" = the server and one service per model name: SERVING while the
+    model has an AVAILABLE version. Refreshed on every Check and once a second for Watch."""
+
+    def __init__(self, manager: ModelManager, interval: float = 1.0) -> None:
+        super().__init__()
+        self.manager = manager
+        self._known: dict[str, int] = {"": health_pb2.HealthCheckResponse.SERVING}
+        self._refresh_lock = threading.Lock()
+        self._stopped = threading.Event()
+        self.refresh()
+        threading.Thread(target=self._poll, args=(interval,), name="grpc-health",
+                         daemon=True).start()
+
+    def refresh(self) -> None:
+        serving, not_serving = (health_pb2.HealthCheckResponse.SERVING,
+                                health_pb2.HealthCheckResponse.NOT_SERVING)
+        wanted = {"": serving if self.manager.ready else not_serving}
+        for name, served in list(self.manager.models.items()):
+            available = any(v.available for v in list(served.versions.values()))
+            wanted[name] = serving if available else not_serving
+        with self._refresh_lock:
+            for service in self._known.keys() - wanted.keys():  # model removed from config
+                wanted[service] = not_serving
+            for service, status in wanted.items():
+                if self._known.get(service) != status:
+                    self.set(service, status)
+                    self._known[service] = status
+
+    def Check(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        self.refresh()
+        return super().Check(request, context)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self.enter_graceful_shutdown()
+
+    def _poll(self, interval: float) -> None:
+        while not self._stopped.wait(interval):
+            try:
+                self.refresh()
+            except Exception:  # keep polling; a transient reload state must not kill it
+                log.exception("health refresh failed")
+
+
+def build(manager: ModelManager, args: argparse.Namespace
+          ) -> tuple[grpc.Server, ModelHealth, futures.ThreadPoolExecutor]:
+    workers = args.grpc_workers or max(8, 2 * (os.cpu_count() or 1))
+    limit = min(int(args.grpc_max_message_bytes), _MAX_GRPC_LENGTH)
+    executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc")
+    server = grpc.server(executor, options=[
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        ("grpc.so_reuseport", 0),  # a port in use is an error, not a silent share
+    ])
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        PredictionService(manager), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(manager), server)
+    grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        InferenceService(manager), server)
+    checker = ModelHealth(manager)
+    health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+    for module in (health_pb2, reflection_pb2):  # reflection describes from our private pool
+        pool.adopt(module.DESCRIPTOR)
+    reflection.enable_server_reflection(
+        (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool=pool.POOL)
+    address = f"{_host(args.grpc_bind_address)}:{args.port}"
+    server.add_insecure_port(address)  # raises RuntimeError when the port cannot be bound
+    return server, checker, executor
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+def start(manager: ModelManager, settings: Settings, args: argparse.Namespace) -> grpc.Server:
+    """Start serving beside REST (models already loaded); the caller stops it."""
+    server, _, _ = build(manager, args)
+    server.start()
+    log.info("gRPC listening on %s:%s", args.grpc_bind_address, args.port)
+    return server
+
+
+def serve_forever(settings: Settings, args: argparse.Namespace) -> int:
+    """gRPC only (--rest_port 0): load, serve until SIGTERM/SIGINT, drain within the grace."""
+    manager = ModelManager.start(settings)
+    try:
+        server, checker, executor = build(manager, args)
+    except RuntimeError as exc:
+        print(f"gRPC could not bind {args.grpc_bind_address}:{args.port}: {exc}",
+              file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    print(f"ov-serverless gRPC listening on {args.grpc_bind_address}:{args.port}",
+          file=sys.stderr, flush=True)
+    while not stop.wait(1.0):
+        pass
+    log.info("Shutting down gRPC: finishing in-flight calls (grace %ss)",
+             args.shutdown_grace_seconds)
+    checker.shutdown()
+    server.stop(args.shutdown_grace_seconds).wait()
+    executor.shutdown(wait=False, cancel_futures=True)
+    return 0
