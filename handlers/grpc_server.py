@@ -215,6 +215,9 @@ def start(manager: ModelManager, settings: Settings, args: argparse.Namespace) -
 
 def serve_forever(settings: Settings, args: argparse.Namespace) -> int:
     """gRPC only (--rest_port 0): load, serve until SIGTERM/SIGINT, drain within the grace."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     manager = ModelManager.start(settings)
     try:
         server, checker, executor = build(manager, args)
@@ -222,9 +225,6 @@ def serve_forever(settings: Settings, args: argparse.Namespace) -> int:
         print(f"gRPC could not bind {args.grpc_bind_address}:{args.port}: {exc}",
               file=sys.stderr)
         return 1
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     server.start()
     print(f"ov-serverless gRPC listening on {args.grpc_bind_address}:{args.port}",
           file=sys.stderr, flush=True)

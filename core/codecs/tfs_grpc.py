@@ -1,0 +1,198 @@
+"""TF Serving gRPC: TensorProto <-> numpy, and the Predict / GetModelMetadata / GetModelStatus
+bodies, as OVMS answers them.
+
+Inputs arrive in `tensor_content` (read with np.frombuffer, no copy) or in the typed `*_val`
+fields; jpeg/png images arrive as DT_STRING `string_val`, one image per element (decoded by
+core.signature.validate). The value count must match the shape exactly, as in OVMS. Outputs
+go back in `tensor_content` (DT_STRING outputs in `string_val`). Metadata and status reuse the
+REST documents of core.rest, parsed into the protos, so the two fronts cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+from google.protobuf import json_format
+
+from core import metrics, rest, tensors
+from core.codecs.common import check_elements
+from core.errors import InvalidInputError, VersionNotFoundError
+from core.manager import ModelManager
+from core.model import ModelVersion
+from core.signature import Inputs
+from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
+from protos.gen.tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_pb2,
+    predict_pb2,
+)
+from protos.pool import POOL
+
+MAX_ELEMENTS = 256 * 1024 * 1024
+API = "TensorFlowServing"
+
+# Which typed field carries the values of each DataType (as TensorFlow's tensor_util fills them).
+_TYPED_FIELD = {
+    "DT_FLOAT": "float_val", "DT_DOUBLE": "double_val", "DT_HALF": "half_val",
+    "DT_INT8": "int_val", "DT_INT16": "int_val", "DT_INT32": "int_val",
+    "DT_UINT8": "int_val", "DT_UINT16": "int_val", "DT_INT64": "int64_val",
+    "DT_UINT32": "uint32_val", "DT_UINT64": "uint64_val", "DT_BOOL": "bool_val",
+}
+
+
+# -- tensors -------------------------------------------------------------------------------------
+
+
+def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
+    """One request TensorProto -> an array (read-only view of tensor_content when present)."""
+    dtype = tensors.BY_TF_ENUM.get(proto.dtype)
+    if dtype is None:
+        raise InvalidInputError(
+            f"Invalid input precision - Unsupported: {_dtype_name(proto.dtype)}; "
+            f"input name: {name}"
+        )
+    if proto.tensor_shape.unknown_rank:
+        raise InvalidInputError(f"Tensor shape must be known; input name: {name}")
+    shape = [dim.size for dim in proto.tensor_shape.dim]
+    count = check_elements(shape, MAX_ELEMENTS, name)
+    if dtype is tensors.BYTES:
+        values = proto.string_val
+        if not values and count:
+            raise InvalidInputError(f"String val is empty; input name: {name}")
+        _check_count(count, len(values), name)
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    content = proto.tensor_content
+    if content:
+        expected = count * dtype.numpy.itemsize
+        if len(content) != expected:
+            raise InvalidInputError(
+                f"Invalid content size of tensor proto - Expected: {expected} bytes; "
+                f"Actual: {len(content)} bytes; input name: {name}"
+            )
+        return np.frombuffer(content, dtype=dtype.numpy).reshape(shape)
+    values = getattr(proto, _TYPED_FIELD[dtype.tf])
+    _check_count(count, len(values), name)
+    try:
+        if dtype.tf == "DT_HALF":  # half_val holds the IEEE fp16 bit patterns as int32
+            return np.fromiter(values, np.uint16, count).view(np.float16).reshape(shape)
+        return np.fromiter(values, dtype.numpy, count).reshape(shape)
+    except (OverflowError, ValueError):
+        raise InvalidInputError(
+            f"Values out of range for {dtype.tf}; input name: {name}"
+        ) from None
+
+
+def _check_count(expected: int, actual: int, name: str) -> None:
+    if expected != actual:
+        raise InvalidInputError(
+            f"Invalid number of values in tensor proto container - Expected: {expected}; "
+            f"Actual: {actual}; input name: {name}"
+        )
+
+
+def _dtype_name(value: int) -> str:
+    try:
+        return types_pb2.DataType.Name(value)
+    except ValueError:
+        return str(value)
+
+
+def fill_proto(array: np.ndarray, proto: tensor_pb2.TensorProto) -> None:
+    """An output array -> `proto` (tensor_content; string_val for bytes)."""
+    dtype = tensors.from_numpy(array.dtype)
+    proto.dtype = dtype.tf_enum  # type: ignore[assignment]
+    for size in array.shape:
+        proto.tensor_shape.dim.add(size=size)
+    if dtype is tensors.BYTES:
+        proto.string_val.extend(
+            item if isinstance(item, bytes) else str(item).encode() for item in array.flat
+        )
+    else:
+        proto.tensor_content = array.tobytes()
+
+
+def decode_inputs(request: predict_pb2.PredictRequest) -> Inputs:
+    return {name: to_numpy(proto, name) for name, proto in request.inputs.items()}
+
+
+def model_spec(spec: model_pb2.ModelSpec) -> tuple[str, int | None]:
+    """(name, version); version 0 or unset means the default version, as in OVMS."""
+    if not spec.HasField("version"):
+        return spec.name, None
+    number = spec.version.value
+    if number < 0:
+        raise VersionNotFoundError(spec.name, number)
+    return spec.name, number or None
+
+
+def _require_spec(request: get_model_metadata_pb2.GetModelMetadataRequest
+                  | get_model_status_pb2.GetModelStatusRequest) -> tuple[str, int | None]:
+    if not request.HasField("model_spec"):
+        raise InvalidInputError("model_spec missing")
+    return model_spec(request.model_spec)
+
+
+def _check_filter(wanted: Iterable[str], served: Mapping[str, object]) -> list[str]:
+    names = list(wanted)
+    for name in names:
+        if name not in served:
+            raise InvalidInputError(f"output_filter names an unknown output: {name}")
+    return names
+
+
+# -- endpoints -----------------------------------------------------------------------------------
+
+
+def predict(manager: ModelManager, request: predict_pb2.PredictRequest
+            ) -> predict_pb2.PredictResponse:
+    name, version = model_spec(request.model_spec)
+    with metrics.track(API, "gRPC", "Predict", name, version) as track:
+        servable = manager.get(name, version)
+        track.version = servable.version
+        wanted = _check_filter(request.output_filter, servable.outputs)
+        outputs = track.infer(servable, decode_inputs(request))
+        response = predict_pb2.PredictResponse()
+        response.model_spec.name = servable.name
+        response.model_spec.version.value = servable.version
+        for out_name in wanted or outputs:
+            fill_proto(outputs[out_name], response.outputs[out_name])
+        return response
+
+
+def metadata(manager: ModelManager, request: get_model_metadata_pb2.GetModelMetadataRequest
+             ) -> get_model_metadata_pb2.GetModelMetadataResponse:
+    name, version = _require_spec(request)
+    with metrics.track(API, "gRPC", "GetModelMetadata", name, version) as track:
+        if list(request.metadata_field) != ["signature_def"]:
+            raise InvalidInputError("Invalid signature name")
+        servable = manager.get(name, version)
+        track.version = servable.version
+        return metadata_response(servable)
+
+
+def metadata_response(servable: ModelVersion) -> get_model_metadata_pb2.GetModelMetadataResponse:
+    return json_format.ParseDict(rest.tfs_metadata_doc(servable),
+                                 get_model_metadata_pb2.GetModelMetadataResponse(),
+                                 descriptor_pool=POOL)
+
+
+def status(manager: ModelManager, request: get_model_status_pb2.GetModelStatusRequest
+           ) -> get_model_status_pb2.GetModelStatusResponse:
+    name, version = _require_spec(request)
+    with metrics.track(API, "gRPC", "GetModelStatus", name, None):
+        served = manager.model(name)
+        if version is not None:
+            if version not in served.versions:
+                raise VersionNotFoundError(name, version)
+            selected = [served.versions[version]]
+        else:
+            selected = [served.versions[v] for v in sorted(served.versions)]
+            if not selected:
+                served.default_version()  # raises the model's own error
+        doc = {"model_version_status": [rest.version_status(v) for v in selected]}
+        return json_format.ParseDict(doc, get_model_status_pb2.GetModelStatusResponse(),
+                                     descriptor_pool=POOL)
