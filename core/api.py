@@ -6,12 +6,13 @@ Handlers (Lambda, Cloud Run, Azure, the long-running server) build a `Request`, 
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from core import errors, rest
+from core import errors, logs, rest
 from core.config import Settings
 from core.manager import ModelManager
 
@@ -23,6 +24,7 @@ class Request:
     query: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)  # keys lower-case
     body: bytes = b""
+    request_id: str = ""  # the platform's id for this request, for the logs
 
     def header(self, name: str, default: str = "") -> str:
         return self.headers.get(name.lower(), default)
@@ -42,6 +44,7 @@ class Response:
 
 
 JSON = "application/json"
+log = logging.getLogger("ov_serverless.api")
 Handler = Callable[[Request, re.Match[str]], Response]
 
 _NAME = r"(?P<name>[^/:]+)"
@@ -83,6 +86,7 @@ class App:
 
     def handle(self, request: Request) -> Response:
         """Answer one request; every failure becomes the OVMS error shape, never an exception."""
+        logs.request_id.set(request.request_id)
         try:
             if len(request.body) > self.settings.max_request_bytes:
                 raise errors.PayloadTooLargeError(
@@ -94,6 +98,7 @@ class App:
         except errors.ServingError as exc:
             return error_response(exc)
         except Exception as exc:  # a bug must not take the server down; report it as 500
+            log.exception("Unhandled error for %s %s", request.method, request.path[:200])
             return error_response(errors.InternalError(f"Internal server error: {exc!r}"))
 
     def _strip(self, path: str) -> str:
@@ -210,5 +215,7 @@ def make_request(
     body: bytes = b"",
     headers: Mapping[str, str] | None = None,
     query: Mapping[str, str] | None = None,
+    request_id: str = "",
 ) -> Request:
-    return Request(method.upper(), path, dict(query or {}), _lower_headers(headers or {}), body)
+    return Request(method.upper(), path, dict(query or {}), _lower_headers(headers or {}), body,
+                   request_id)

@@ -3,6 +3,7 @@
     ServingError                      500 INTERNAL
     ├── InvalidInputError             400 INVALID_ARGUMENT
     │   └── ImageDecodeError          400 INVALID_ARGUMENT
+    ├── NoResultsError                204 ABORTED (pipeline demultiplexer gave no items)
     ├── JsonInvalidError              412 FAILED_PRECONDITION (as OVMS answers malformed JSON)
     ├── NotFoundError                 404 NOT_FOUND
     │   ├── ModelNotFoundError
@@ -53,6 +54,13 @@ class ImageDecodeError(InvalidInputError):
 class JsonInvalidError(ServingError):
     http_status = 412
     grpc_code = "FAILED_PRECONDITION"
+
+
+class NoResultsError(ServingError):
+    """A dynamic demultiplexer produced nothing (OVMS: 204 / ABORTED)."""
+
+    http_status = 204
+    grpc_code = "ABORTED"
 
 
 class NotFoundError(ServingError):
