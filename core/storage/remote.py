@@ -9,16 +9,19 @@ failure. `RemoteRepository` turns that into the Repository protocol:
     fetch(v)    <cache_dir>/<scheme>/<bucket>/<prefix>/<v>-<fingerprint>/, downloaded file by
                 file on a thread pool into a hidden temp folder beside it and renamed into place
                 only when complete, so a partial download is never visible; an existing folder
-                with the same fingerprint is reused as is.
+                with the same fingerprint is reused as is. A version of PROGRESS_MIN_BYTES or
+                more logs its progress (bytes on disk so far, MB/s) every PROGRESS_INTERVAL_S.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +38,9 @@ CONNECT_TIMEOUT_S = 3.0
 READ_TIMEOUT_S = 30.0
 RETRIES = 2  # retries after the first attempt, with sub-second to ~2 s backoff
 MAX_WORKERS = 8
+# A download this big (a version's files together) reports progress while it runs.
+PROGRESS_MIN_BYTES = 50 << 20
+PROGRESS_INTERVAL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ class RemoteRepository:
         size = sum(o.size for o in objects)
         cached = target.is_dir()
         if not cached:
-            self._download_all(objects, base, target)
+            self._download_all(objects, base, target, f"{self.url.rstrip('/')}/{version}")
         log.info(
             "model version ready",
             extra={
@@ -140,7 +146,9 @@ class RemoteRepository:
         )
         return target
 
-    def _download_all(self, objects: list[RemoteObject], base: str, target: Path) -> None:
+    def _download_all(
+        self, objects: list[RemoteObject], base: str, target: Path, label: str
+    ) -> None:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -148,7 +156,11 @@ class RemoteRepository:
             raise StorageError(f"Cannot create cache folder {target.parent}: {exc}") from exc
         try:
             jobs = [(o, tmp / relative_key(o.key, base)) for o in objects]
-            with ThreadPoolExecutor(min(MAX_WORKERS, len(jobs))) as pool:
+            total = sum(o.size for o in objects)
+            with (
+                Progress(label, tmp, total),
+                ThreadPoolExecutor(min(MAX_WORKERS, len(jobs))) as pool,
+            ):
                 # list() re-raises the first failure; the pool waits for the rest before exit
                 list(pool.map(lambda job: self._download_one(*job), jobs))
             _publish(tmp, target)
@@ -167,6 +179,60 @@ class RemoteRepository:
                 f"Incomplete download of {self.backend.scheme}://{self.backend.bucket}/"
                 f"{obj.key}: {got} of {obj.size} bytes"
             )
+
+
+class Progress:
+    """While a big download runs, log the bytes already on disk under `folder` every
+    PROGRESS_INTERVAL_S. Costs one thread and a directory scan per interval, nothing per chunk;
+    SDK temp files (s3transfer writes `<name>.<random>`) are counted too."""
+
+    def __init__(self, label: str, folder: Path, total: int) -> None:
+        self.label = label
+        self.folder = folder
+        self.total = total
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Progress:
+        if self.total >= PROGRESS_MIN_BYTES:
+            self._thread = threading.Thread(target=self._run, name="download-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        started = time.perf_counter()
+        while not self._done.wait(PROGRESS_INTERVAL_S):
+            done = min(_bytes_under(self.folder), self.total)
+            elapsed = time.perf_counter() - started
+            rate = done / elapsed / 1e6 if elapsed > 0 else 0.0
+            log.info(
+                "downloading %s: %.1f of %.1f MB (%d%%), %.1f MB/s",
+                self.label,
+                done / 1e6,
+                self.total / 1e6,
+                100 * done // max(self.total, 1),
+                rate,
+                extra={
+                    "url": self.label,
+                    "bytes_done": done,
+                    "bytes_total": self.total,
+                    "mb_per_s": round(rate, 1),
+                },
+            )
+
+
+def _bytes_under(folder: Path) -> int:
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):  # renamed or removed since the listing
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
 
 
 def _publish(tmp: Path, target: Path) -> None:

@@ -1,0 +1,190 @@
+"""Serving straight from a bucket, per provider (s3 / gs / az on real emulators): predict on
+each version, reload picking up added and deleted versions, a config.json in the bucket, a
+missing bucket reported while the other models serve, and only policy-selected versions
+downloaded. Each version of the scaler multiplies by its version number.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import orjson
+
+from core.config import Settings
+from demo import models
+from tests.emulators import REPO
+from tests.storage.helpers import Store
+from tests.storage.serving import (
+    call,
+    delete_version,
+    kserve_infer,
+    predict,
+    put_scaler,
+    scaled,
+    start_app,
+    states,
+    version_folders,
+    wait_state,
+)
+from tests.storage.test_lazy_imports import SDKS
+
+ALL: dict[str, object] = {"model_version_policy": {"all": {}}}
+
+
+def _settings(
+    store: Store, cache_dir: Path, prefix: str = "repo/scaler", **options: object
+) -> Settings:
+    return Settings(
+        model_name="scaler",
+        model_path=store.url(prefix),
+        model_options=options or ALL,
+        cache_dir=str(cache_dir),
+    )
+
+
+def test_every_version_serves_from_the_bucket(store: Store, cache_dir: Path) -> None:
+    for version in (1, 2):
+        put_scaler(store, "repo/scaler", version)
+    app = start_app(_settings(store, cache_dir))
+
+    assert states(app) == {1: ("AVAILABLE", "OK"), 2: ("AVAILABLE", "OK")}
+    assert predict(app, version=1) == (200, scaled(1))
+    assert predict(app, version=2) == (200, scaled(2))
+    assert predict(app) == (200, scaled(2))  # default = latest
+    assert kserve_infer(app, 1) == scaled(1)
+    status, doc = call(app, "GET", "/v1/models/scaler/versions/1/metadata")
+    assert status == 200 and doc["modelSpec"]["version"] == "1"
+
+
+def test_reload_picks_up_added_and_deleted_versions(store: Store, cache_dir: Path) -> None:
+    for version in (1, 2):
+        put_scaler(store, "repo/scaler", version)
+    app = start_app(_settings(store, cache_dir))
+    assert call(app, "POST", "/v1/config/reload")[0] == 200  # nothing changed
+
+    put_scaler(store, "repo/scaler", 3)
+    status, body = call(app, "POST", "/v1/config/reload")
+    assert status == 201, body
+    assert predict(app, version=3) == (200, scaled(3))
+    assert predict(app) == (200, scaled(3))
+    assert predict(app, version=1) == (200, scaled(1))
+
+    delete_version(store, "repo/scaler", 1)
+    assert call(app, "POST", "/v1/config/reload")[0] == 201
+    wait_state(app, 1, "END")
+    assert states(app) == {1: ("END", "OK"), 2: ("AVAILABLE", "OK"), 3: ("AVAILABLE", "OK")}
+    status, error = predict(app, version=1)
+    assert status == 404, error
+    assert predict(app) == (200, scaled(3))
+    assert predict(app, version=2) == (200, scaled(2))
+
+
+def test_config_json_in_the_bucket(store: Store, cache_dir: Path) -> None:
+    for version in (1, 2):
+        put_scaler(store, "models/scaler", version)
+    config = {
+        "model_config_list": [
+            {
+                "config": {
+                    "name": "scaler",
+                    "base_path": "models/scaler",
+                    "model_version_policy": {"all": {}},
+                }
+            }
+        ]
+    }
+    store.put("config.json", orjson.dumps(config))
+    app = start_app(Settings(config_path=store.url("config.json"), cache_dir=str(cache_dir)))
+    assert predict(app, version=1) == (200, scaled(1))
+    assert predict(app, version=2) == (200, scaled(2))
+
+    # the reload re-reads config.json from the bucket: now only version 1 is wanted
+    config["model_config_list"][0]["config"]["model_version_policy"] = {
+        "specific": {"versions": [1]}
+    }
+    store.put("config.json", orjson.dumps(config))
+    assert call(app, "POST", "/v1/config/reload")[0] == 201
+    assert predict(app) == (200, scaled(1))
+    assert set(states(app)) == {1}
+
+
+def test_missing_bucket_is_reported_and_other_models_keep_serving(
+    store: Store, cache_dir: Path, tmp_path: Path
+) -> None:
+    models.save(models.scaler(7.0), tmp_path / "local" / "1")
+    missing = f"{store.scheme}://missing-{uuid.uuid4().hex[:10]}/scaler"
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "model_config_list": [
+                    {"config": {"name": "local", "base_path": "local"}},
+                    {"config": {"name": "ghost", "base_path": missing}},
+                ]
+            }
+        )
+    )
+    app = start_app(Settings(config_path=str(config), cache_dir=str(cache_dir)))
+
+    for status, error in (call(app, "GET", "/v1/models/ghost"), predict(app, "ghost")):
+        assert status == 404, error
+        message = error["error"] if isinstance(error, dict) else error
+        assert missing in message and "does not exist" in message, message
+    assert predict(app, "local") == (200, scaled(7))
+    assert call(app, "GET", "/v2/models/local/ready")[0] == 200
+    assert call(app, "POST", "/v1/config/reload")[0] == 200
+    assert predict(app, "local") == (200, scaled(7))
+
+
+def test_only_policy_selected_versions_are_downloaded(store: Store, cache_dir: Path) -> None:
+    for version in (1, 2, 3):
+        put_scaler(store, "repo/scaler", version)
+    app = start_app(
+        _settings(store, cache_dir, model_version_policy={"latest": {"num_versions": 1}})
+    )
+    assert set(states(app)) == {3}
+    assert [name.split("-")[0] for name in version_folders(cache_dir, store, "repo/scaler")] == [
+        "3"
+    ]
+    assert predict(app) == (200, scaled(3))
+
+
+LOCAL_PROBE = """
+import json, sys, pathlib
+from core.api import App, make_request
+from core.config import Settings
+from core.manager import ModelManager
+from demo import models
+base = pathlib.Path(sys.argv[1])
+models.save(models.scaler(2.0), base / "scaler" / "1")
+settings = Settings(model_name="scaler", model_path=str(base / "scaler"),
+                    cache_dir=str(base / "cache"))
+app = App(ModelManager.start(settings), settings)
+body = b'{"instances": [[1, 2, 3, 4]]}'
+reply = app.handle(make_request("POST", "/v1/models/scaler:predict", body))
+assert reply.status == 200, reply.body
+assert app.handle(make_request("POST", "/v1/config/reload")).status == 200
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_serving_from_local_disk_imports_no_cloud_sdk(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", LOCAL_PROBE, str(tmp_path)],
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    modules = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "core.manager" in modules
+    loaded = [m for m in modules if any(m == s or m.startswith(s + ".") for s in SDKS)]
+    assert loaded == []
+    assert not {"core.storage.s3", "core.storage.gcs", "core.storage.azure"} & set(modules)
