@@ -292,7 +292,8 @@ def _require_object(value: Any, path: str) -> None:
 def _reject_unknown(value: dict[str, Any], allowed: set[str], path: str) -> None:
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise ConfigError(f"{path}.{unknown[0]}: unknown field (JSON schema parse error)")
+        where = unknown[0] if path == "$" else f"{path}.{unknown[0]}"
+        raise ConfigError(f"{where}: unknown field (JSON schema parse error)")
 
 
 def _int(value: Any, path: str, minimum: int | None = None) -> int:

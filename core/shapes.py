@@ -83,7 +83,7 @@ def fits(dim: Dim, size: int) -> bool:
 
 
 def format_dims(dims: Dims) -> str:
-    """OVMS message style: (1,3,224,224), with -1 for any size and lo:hi for a range."""
+    """OVMS message style (src/shape.cpp): (1,3,224,224), -1 for any size, [lo~hi] a range."""
     return "(" + ",".join(_format_dim(d) for d in dims) + ")"
 
 
@@ -93,7 +93,7 @@ def _format_dim(dim: Dim) -> str:
         return str(low)
     if low == -1:
         return "-1"
-    return f"{low}:{high}"
+    return f"[{low}~{high}]"
 
 
 def format_actual(shape: tuple[int, ...]) -> str:

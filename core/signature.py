@@ -70,24 +70,38 @@ def _format_dim(dim: tuple[int, int]) -> str:
 
 
 def check_names(specs: Mapping[str, TensorSpec], inputs: Mapping[str, object]) -> None:
+    """OVMS order: the number of inputs first, then each required name."""
+    if len(inputs) != len(specs):
+        missing = [name for name in specs if name not in inputs]
+        extra = sorted(set(inputs) - set(specs))
+        detail = (f"; missing input: {', '.join(missing)}" if missing else "") + (
+            f"; unexpected input: {', '.join(extra)}" if extra else "")
+        raise InvalidInputError(
+            f"Invalid number of inputs - Expected: {len(specs)}; Actual: {len(inputs)}"
+            + detail[:300]
+        )
     for name in specs:
         if name not in inputs:
             raise InvalidInputError(
                 f"Missing input with specific name - Required input: {name}"
             )
-    if len(inputs) != len(specs):
-        extra = sorted(set(inputs) - set(specs))
-        raise InvalidInputError(
-            f"Invalid number of inputs - Expected: {len(specs)}; Actual: {len(inputs)}; "
-            f"unexpected input: {', '.join(extra)[:200]}"
-        )
+
+
+# Precision names as OVMS prints them (src/precision.cpp toString): I64, U8, STRING...
+_OVMS_PRECISION = {"INT8": "I8", "INT16": "I16", "INT32": "I32", "INT64": "I64",
+                   "UINT8": "U8", "UINT16": "U16", "UINT32": "U32", "UINT64": "U64",
+                   "BYTES": "STRING"}
+
+
+def precision_name(dtype: DType) -> str:
+    return _OVMS_PRECISION.get(dtype.kserve, dtype.kserve)
 
 
 def check_precision(spec: TensorSpec, actual: DType) -> None:
     if actual is not spec.dtype:
         raise InvalidInputError(
-            f"Invalid input precision - Expected: {spec.dtype.ovms}; Actual: {actual.ovms}; "
-            f"input name: {spec.name}"
+            f"Invalid input precision - Expected: {precision_name(spec.dtype)}; "
+            f"Actual: {precision_name(actual)}; input name: {spec.name}"
         )
 
 

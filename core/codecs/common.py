@@ -85,10 +85,24 @@ def bytes_array(value: Any, where: str) -> np.ndarray:
 
 
 def _nested_shape(value: Any, where: str) -> tuple[int, ...]:
+    """The shape of regular nested lists; ragged nesting is OVMS's "Not valid ndarray"."""
     shape: list[int] = []
-    while isinstance(value, list):
-        shape.append(len(value))
-        value = value[0] if value else None
+    probe = value
+    while isinstance(probe, list):
+        shape.append(len(probe))
+        probe = probe[0] if probe else None
+
+    def check(item: Any, depth: int) -> None:
+        if depth == len(shape):
+            if isinstance(item, list):
+                raise InvalidInputError(f"{where}. Not valid ndarray detected")
+            return
+        if not isinstance(item, list) or len(item) != shape[depth]:
+            raise InvalidInputError(f"{where}. Not valid ndarray detected")
+        for child in item:
+            check(child, depth + 1)
+
+    check(value, 0)
     return tuple(shape)
 
 
@@ -114,7 +128,8 @@ def numeric_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
         )
     if spec.dtype is tensors.BYTES:
         raise InvalidInputError(f"Input {spec.name} takes strings or b64 values, not numbers")
-    return array.astype(spec.dtype.numpy, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e300 -> inf in FP32, as a C cast
+        return array.astype(spec.dtype.numpy, copy=False)
 
 
 def check_elements(shape: list[int] | tuple[int, ...], limit: int, name: str) -> int:

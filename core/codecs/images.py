@@ -35,7 +35,8 @@ def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR")
     ]
     if len({image.shape for image in decoded}) > 1:
         raise InvalidInputError(
-            f"Binary images in one batch have different resolutions; input name: {spec.name}"
+            "Binary input images for this endpoint are required to have the same resolution; "
+            f"input name: {spec.name}"
         )
     batch = np.stack(decoded)
     if layout == "NCHW":
@@ -59,26 +60,29 @@ def _decode_one(
     try:
         with Image.open(io.BytesIO(bytes(data))) as image:
             if image.format not in ("JPEG", "PNG"):
-                raise ImageDecodeError(f"Image format {image.format} is not jpeg or png; "
-                                       f"input name: {name}")
+                raise ImageDecodeError(f"Image parsing failed - format {image.format} is not "
+                                       f"jpeg or png; input name: {name}")
             if image.width * image.height > MAX_IMAGE_PIXELS:
                 raise ImageDecodeError(
-                    f"Image of {image.width}x{image.height} pixels exceeds the limit of "
-                    f"{MAX_IMAGE_PIXELS} pixels; input name: {name}")
-            if width[0] > 0 and height[0] > 0:
-                image.draft("RGB", (width[0], height[0]))  # JPEG: decode at reduced scale
+                    f"Image parsing failed - {image.width}x{image.height} pixels exceed the "
+                    f"limit of {MAX_IMAGE_PIXELS} pixels; input name: {name}")
             converted = _resize(image.convert("L" if channels == 1 else "RGB"), height, width)
             array = np.asarray(converted)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ImageDecodeError(f"Image is too large: {exc}; input name: {name}") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise ImageDecodeError(f"Image decoding failed: {exc}; input name: {name}") from None
+        raise ImageDecodeError(f"Image parsing failed - too large: {exc}; input name: {name}"
+                               ) from None
+    except UnidentifiedImageError:
+        raise ImageDecodeError(f"Image parsing failed - not a jpeg or png image; "
+                               f"input name: {name}") from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageDecodeError(f"Image parsing failed - {exc}; input name: {name}") from None
     if channels == 1:
         array = array[:, :, None]
     elif color_format == "BGR":
         array = array[:, :, ::-1]
     if channels not in (-1, array.shape[2]):
-        raise InvalidInputError(f"Invalid number of channels - Expected: {channels}; "
+        raise InvalidInputError(f"Invalid number of channels in binary input - Expected: "
+                                f"{channels}; "
                                 f"Actual: {array.shape[2]}; input name: {name}")
     return array
 

@@ -40,7 +40,7 @@ def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpe
     reader = _BinaryReader(binary)
     inputs: Inputs = {}
     for index, item in enumerate(doc["inputs"]):
-        name, array = _tensor(item, index, reader, specs)
+        name, array = _tensor(item, index, reader, specs, single=len(doc["inputs"]) == 1)
         if name in inputs:
             raise InvalidInputError(f"Duplicated input name: {name}")
         inputs[name] = array
@@ -51,10 +51,16 @@ def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpe
     request = InferRequest(inputs, _id(doc.get("id")))
     params = doc.get("parameters") or {}
     request.binary_default = isinstance(params, dict) and params.get("binary_data_output") is True
-    for item in doc.get("outputs") or []:
+    outputs = doc.get("outputs") or []
+    if not isinstance(outputs, list):
+        raise InvalidInputError("Invalid JSON structure. 'outputs' must be a list")
+    for item in outputs:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidInputError("Invalid JSON structure. Each output needs a name")
         out_params = item.get("parameters") or {}
+        if not isinstance(out_params, dict):
+            raise InvalidInputError("Could not parse request parameters; output name: "
+                                    f"{item['name']}")
         request.binary_outputs[item["name"]] = bool(
             out_params.get("binary_data", request.binary_default)
         )
@@ -64,11 +70,12 @@ def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpe
 def _split(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
     if header_length is None:
         return body, b""
-    if not header_length.strip().isdigit() or int(header_length) > len(body):
+    text = header_length.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 18) or int(text) > len(body):
         raise InvalidInputError(
             "Inference-Header-Content-Length header is invalid and couldn't be parsed"
         )
-    cut = int(header_length)
+    cut = int(text)
     return body[:cut], body[cut:]
 
 
@@ -81,6 +88,10 @@ class _BinaryReader:
         self.view = memoryview(data)
         self.offset = 0
 
+    @property
+    def remaining(self) -> int:
+        return len(self.view) - self.offset
+
     def take(self, size: int) -> memoryview:
         if self.offset + size > len(self.view):
             raise InvalidInputError(
@@ -91,8 +102,8 @@ class _BinaryReader:
         return chunk
 
 
-def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, TensorSpec]
-            ) -> tuple[str, np.ndarray]:
+def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, TensorSpec],
+            single: bool = False) -> tuple[str, np.ndarray]:
     if not isinstance(item, dict):
         raise InvalidInputError(f"Invalid JSON structure. inputs[{index}] must be an object")
     name, shape, datatype = item.get("name"), item.get("shape"), item.get("datatype")
@@ -107,13 +118,21 @@ def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, Te
         check_precision(spec, dtype)
     params = item.get("parameters") or {}
     size = params.get("binary_data_size") if isinstance(params, dict) else None
+    if size is None and "data" not in item and reader.remaining:
+        # OVMS: binary_data_size may be left out for a single input (it takes the rest of the
+        # body) or for a fixed-size datatype (its size follows from the shape).
+        if dtype is not tensors.BYTES:
+            size = min(count * dtype.numpy.itemsize, reader.remaining)
+        elif single:
+            size = reader.remaining
     if size is not None:
         if "data" in item:
             raise InvalidInputError(
                 "Request contains values both in binary data and in content value"
             )
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise InvalidInputError(f"Invalid binary_data_size for input {name}")
+            raise InvalidInputError("binary_data_size parameter is invalid and cannot be "
+                                    f"parsed; input name: {name}")
         return name, _from_binary(reader.take(size), dtype, shape, count, name)
     if "data" not in item:
         raise InvalidInputError(f"Input {name} has neither data nor binary_data_size")
@@ -134,6 +153,11 @@ def _from_binary(chunk: memoryview, dtype: tensors.DType, shape: list[int], coun
 
 
 def _split_bytes(chunk: memoryview, count: int, name: str) -> np.ndarray:
+    if count * 4 > len(chunk):  # every element has a 4-byte length: refuse before allocating
+        raise InvalidInputError(
+            f"Invalid BYTES framing for input {name}: {count} elements need at least "
+            f"{count * 4} bytes; got {len(chunk)}"
+        )
     items = np.empty(count, dtype=object)
     offset = 0
     for i in range(count):
@@ -165,10 +189,12 @@ def _from_json(data: Any, dtype: tensors.DType, shape: list[int], count: int, na
             raise InvalidInputError(f"Invalid data for input {name}: not a valid array") from None
         if array.dtype.kind not in "biuf":
             raise InvalidInputError(f"Invalid data for input {name}: expected numbers")
-        array = array.astype(dtype.numpy, copy=False).reshape(-1)
+        with np.errstate(over="ignore", invalid="ignore"):  # out of range -> inf, as a C cast
+            array = array.astype(dtype.numpy, copy=False).reshape(-1)
     if array.size != count:
         raise InvalidInputError(
-            f"Invalid number of values in tensor - Expected: {count}; Actual: {array.size}; "
+            f"Invalid number of values in tensor proto container - Expected: {count}; "
+            f"Actual: {array.size}; "
             f"input name: {name}"
         )
     return array.reshape(shape)

@@ -1,0 +1,268 @@
+"""Pipelines: a DAG of model and custom nodes, served like a model (OVMS `pipeline_config_list`).
+
+One demultiplexer level is supported: a node with `demultiply_count` splits each output along
+its first dimension into N items; the nodes after it run once per item; a node with
+`gather_from_node` (or the pipeline's outputs) stacks the items back, adding a leading N dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from core.custom_nodes import CustomNode
+from core.errors import ConfigError, InvalidInputError, NoResultsError
+from core.model import MAX_ELEMENTS, State, Status
+from core.pipeline_config import REQUEST, Connection, NodeConfig, PipelineConfig
+from core.shapes import ANY
+from core.signature import Inputs, TensorSpec, validate
+
+Value = np.ndarray | list[np.ndarray]  # a list holds the per-item values of a demuxed branch
+
+
+class Servable(Protocol):
+    name: str
+    version: int
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+
+    def infer(self, inputs: Inputs) -> dict[str, np.ndarray]: ...
+
+
+class Models(Protocol):
+    def get(self, name: str, version: int | None = None) -> Servable: ...
+
+
+@dataclass
+class _Node:
+    config: NodeConfig
+    custom: CustomNode | None = None
+    inputs: dict[str, TensorSpec] = field(default_factory=dict)
+    outputs: dict[str, TensorSpec] = field(default_factory=dict)  # keyed by data_item
+
+
+class Pipeline:
+    """A servable: same routes, metadata and status as a model; version is always 1."""
+
+    version = 1
+
+    def __init__(self, config: PipelineConfig, models: Models,
+                 libraries: Mapping[str, Any], model_names: set[str]) -> None:
+        if config.name in model_names:
+            raise ConfigError(f"Pipeline name: {config.name} is already occupied by model")
+        self.config = config
+        self.name = config.name
+        self.models = models
+        self.status = Status(State.AVAILABLE)
+        self.timings: dict[str, float] = {}
+        self._nodes = {n.name: self._node(n, libraries, model_names) for n in config.nodes}
+        self._order = _topological(config)
+        self._demuxed = _demuxed_nodes(config, self._order)
+        self.inputs = self._input_specs()
+        self.outputs = self._output_specs()
+        self._check_connections()
+
+    @property
+    def available(self) -> bool:
+        return self.status.state is State.AVAILABLE
+
+    # -- load-time validation -------------------------------------------------------------------
+
+    def _node(self, node: NodeConfig, libraries: Mapping[str, Any], models: set[str]) -> _Node:
+        where = f"pipeline {self.name} node {node.name}"
+        if node.kind == "custom":
+            library = libraries.get(node.library or "")
+            if library is None:
+                raise ConfigError(f"{where}: unknown custom node library {node.library!r}")
+            custom = CustomNode(node.name, library, node.params)
+            specs_in, specs_out = custom.specs("inputs"), custom.specs("outputs")
+            if not specs_in or not specs_out:
+                raise ConfigError(f"{where}: the library must define inputs_info and "
+                                  "outputs_info (as OVMS custom nodes do)")
+            return _Node(node, custom, specs_in, specs_out)
+        if node.model_name not in models:
+            raise ConfigError(f"{where}: unknown model {node.model_name!r}")
+        try:
+            servable = self.models.get(node.model_name or "", node.version)
+        except Exception as exc:
+            raise ConfigError(f"{where}: model {node.model_name} is not available: {exc}") from exc
+        return _Node(node, None, dict(servable.inputs), dict(servable.outputs))
+
+    def _check_connections(self) -> None:
+        for node in self._nodes.values():
+            where = f"pipeline {self.name} node {node.config.name}"
+            missing = sorted(set(node.inputs) - set(node.config.inputs))
+            if missing:
+                raise ConfigError(f"{where}: input {missing[0]} is not connected")
+            for item, source in node.config.inputs.items():
+                if item not in node.inputs:
+                    raise ConfigError(f"{where}: has no input named {item}")
+                produced = self.inputs.get(source.item) if source.node == REQUEST else \
+                    self._produced(source, node.config.name, bool(node.config.gather_from_node))
+                _check_compatible(produced, node.inputs[item], where, item)
+    def _produced(self, source: Connection, consumer: str, gathers: bool) -> TensorSpec | None:
+        """The spec a connection delivers, as the consumer sees it (demux drops/gather adds
+        the leading dim); None for pipeline inputs, which are checked against each consumer."""
+        if source.node == REQUEST:
+            if source.item not in self.config.inputs:
+                raise ConfigError(f"pipeline {self.name} node {consumer}: request has no input "
+                                  f"{source.item!r}")
+            return None
+        producer = self._nodes.get(source.node)
+        if producer is None:
+            raise ConfigError(f"pipeline {self.name} node {consumer}: unknown node "
+                              f"{source.node!r}")
+        item = producer.config.output_item(source.item)
+        if item is None or item not in producer.outputs:
+            raise ConfigError(f"pipeline {self.name} node {consumer}: node {source.node} has no "
+                              f"output {source.item!r}")
+        spec = producer.outputs[item]
+        dims = spec.dims[1:] if producer.config.demultiply_count is not None else spec.dims
+        if gathers and source.node in self._demuxed:
+            dims = (ANY, *dims)
+        return TensorSpec(spec.name, spec.dtype, dims)
+
+    def _input_specs(self) -> dict[str, TensorSpec]:
+        specs: dict[str, TensorSpec] = {}
+        for name in self.config.inputs:
+            for node in self._nodes.values():
+                for item, source in node.config.inputs.items():
+                    if source == Connection(REQUEST, name) and item in node.inputs:
+                        spec = node.inputs[item]
+                        specs.setdefault(name, TensorSpec(name, spec.dtype, spec.dims,
+                                                          spec.layout))
+            if name not in specs:
+                raise ConfigError(f"pipeline {self.name}: input {name} is not connected")
+        return specs
+
+    def _output_specs(self) -> dict[str, TensorSpec]:
+        specs: dict[str, TensorSpec] = {}
+        for alias, source in self.config.outputs.items():
+            spec = self._produced(source, f"outputs.{alias}", gathers=True)
+            if spec is None:
+                raise ConfigError(f"pipeline {self.name}: output {alias} cannot come straight "
+                                  "from the request")
+            specs[alias] = TensorSpec(alias, spec.dtype, spec.dims)
+        return specs
+
+    # -- serving ------------------------------------------------------------------------------
+
+    def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
+        values: dict[tuple[str, str], Value] = {
+            (REQUEST, name): array
+            for name, array in validate(self.inputs, inputs, MAX_ELEMENTS).items()
+        }
+        for name in self._order:
+            node = self._nodes[name]
+            feed = {item: values[(src.node, src.item)] for item, src in node.config.inputs.items()}
+            for alias, value in self._run(node, feed).items():
+                values[(name, alias)] = value
+        return {alias: _stacked(values[(src.node, src.item)])
+                for alias, src in self.config.outputs.items()}
+
+    def _run(self, node: _Node, feed: dict[str, Value]) -> dict[str, Value]:
+        if node.config.gather_from_node:
+            feed = {k: _stacked(v) for k, v in feed.items()}
+        branches = [v for v in feed.values() if isinstance(v, list)]
+        if branches:
+            count = len(branches[0])
+            items = [self._execute(node, {k: v[i] if isinstance(v, list) else v
+                                          for k, v in feed.items()}) for i in range(count)]
+            return {alias: [item[alias] for item in items] for alias in node.config.outputs
+                    .values()}
+        outputs = self._execute(node, {k: v for k, v in feed.items() if not isinstance(v, list)})
+        if node.config.demultiply_count is not None:
+            return {alias: _split(value, node.config) for alias, value in outputs.items()}
+        return dict(outputs)
+
+    def _execute(self, node: _Node, feed: dict[str, Any]) -> dict[str, np.ndarray]:
+        if node.custom is not None:
+            raw = node.custom.execute(feed)
+        else:
+            raw = self.models.get(node.config.model_name or "", node.config.version).infer(feed)
+        aliases = node.config.outputs
+        missing = sorted(set(aliases) - set(raw))
+        if missing:
+            raise InvalidInputError(f"Node {node.config.name} did not produce {missing[0]}")
+        return {alias: raw[item] for item, alias in aliases.items()}
+
+    def retire(self) -> None:
+        self.status = Status(State.END)
+        for node in self._nodes.values():
+            if node.custom is not None:
+                node.custom.close()
+
+
+def _split(value: np.ndarray, node: NodeConfig) -> list[np.ndarray]:
+    expected = node.demultiply_count
+    if value.ndim == 0:
+        raise InvalidInputError(f"Node {node.name} output cannot be demultiplexed: a scalar")
+    if expected and expected > 0 and len(value) != expected:
+        raise InvalidInputError(f"Node {node.name} produced {len(value)} items; "
+                                f"demultiply_count is {expected}")
+    if len(value) == 0:
+        raise NoResultsError(f"Pipeline node {node.name} demultiplexer produced no results")
+    return [value[i] for i in range(len(value))]
+
+
+def _stacked(value: Value) -> np.ndarray:
+    return np.stack(value) if isinstance(value, list) else value
+
+
+def _topological(config: PipelineConfig) -> list[str]:
+    deps = {n.name: {s.node for s in n.inputs.values() if s.node != REQUEST} for n in config.nodes}
+    order: list[str] = []
+    ready = sorted(name for name, d in deps.items() if not d)
+    while ready:
+        name = ready.pop(0)
+        order.append(name)
+        for other, d in deps.items():
+            if name in d:
+                d.discard(name)
+                if not d and other not in order and other not in ready:
+                    ready.append(other)
+    if len(order) != len(deps):
+        stuck = sorted(set(deps) - set(order))
+        raise ConfigError(f"pipeline {config.name}: nodes {', '.join(stuck)} form a cycle or "
+                          "depend on an unknown node")
+    return order
+
+
+def _demuxed_nodes(config: PipelineConfig, order: list[str]) -> set[str]:
+    """Nodes whose outputs are per-item lists: the demultiplexer and those after it, up to
+    (not including) a gathering node."""
+    nodes = {n.name: n for n in config.nodes}
+    demuxers = [n for n in config.nodes if n.demultiply_count is not None]
+    if len(demuxers) > 1:
+        raise ConfigError(f"pipeline {config.name}: only one demultiplexer node is supported")
+    inside: set[str] = set()
+    for name in order:
+        node = nodes[name]
+        fed = {s.node for s in node.inputs.values()} & inside
+        if node.demultiply_count is not None or (fed and not node.gather_from_node):
+            inside.add(name)
+    return inside
+
+
+def _check_compatible(produced: TensorSpec | None, expected: TensorSpec, where: str,
+                      item: str) -> None:
+    if produced is None:
+        return
+    if produced.dtype is not expected.dtype:
+        raise ConfigError(f"{where}: input {item} expects {expected.dtype.kserve} but its "
+                          f"source produces {produced.dtype.kserve}")
+    if expected.dims != (ANY,) and produced.dims != (ANY,) and (
+        len(produced.dims) != len(expected.dims)
+        or not all(_overlap(a, b) for a, b in zip(produced.dims, expected.dims, strict=True))
+    ):
+        raise ConfigError(f"{where}: input {item} expects shape {list(expected.dims)} but its "
+                          f"source produces {list(produced.dims)}")
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    if a[0] == -1 or b[0] == -1:
+        return True
+    return max(a[0], b[0]) <= min(a[1], b[1])

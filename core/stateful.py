@@ -1,0 +1,148 @@
+"""Stateful (sequence) models, as OVMS serves them.
+
+Requests carry two special inputs: `sequence_id` (uint64, shape [1]) and
+`sequence_control_input` (uint32, shape [1]: 0 = none, 1 = START, 2 = END). Each sequence owns
+one InferRequest, so its ReadValue/Assign variables are isolated from other sequences. Every
+response carries `sequence_id`. Idle sequences are swept on the request path (no background
+thread: a frozen serverless instance must not need one). Sequences live only in this process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import openvino as ov
+
+from core import tensors
+from core.errors import InvalidInputError, NotFoundError, PreconditionError, ServingError
+from core.model import MAX_ELEMENTS, ModelVersion
+from core.signature import Inputs, TensorSpec, validate
+
+SEQUENCE_ID = "sequence_id"
+CONTROL = "sequence_control_input"
+NO_CONTROL, START, END = 0, 1, 2
+IDLE_SECONDS = 300.0
+
+
+class SequenceExistsError(ServingError):
+    http_status = 409
+    grpc_code = "ALREADY_EXISTS"
+
+
+class TooManySequencesError(ServingError):
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
+
+
+@dataclass
+class _Sequence:
+    request: ov.InferRequest
+    used: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class StatefulModelVersion(ModelVersion):
+    idle_seconds = IDLE_SECONDS
+
+    def _build(self) -> None:
+        super()._build()
+        self.model_inputs = dict(self.inputs)
+        self.inputs = {**self.inputs,
+                       SEQUENCE_ID: TensorSpec(SEQUENCE_ID, tensors.BY_KSERVE["UINT64"], ((1, 1),)),
+                       CONTROL: TensorSpec(CONTROL, tensors.BY_KSERVE["UINT32"], ((1, 1),))}
+        self.outputs = {**self.outputs,
+                        SEQUENCE_ID: TensorSpec(SEQUENCE_ID, tensors.BY_KSERVE["UINT64"],
+                                                ((1, 1),))}
+        self._sequences: dict[int, _Sequence] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._swept = time.monotonic()
+
+    def _transform(self, model: ov.Model) -> None:
+        if self.config.low_latency_transformation:
+            from openvino._offline_transformations import apply_low_latency_transformation
+
+            apply_low_latency_transformation(model, True)
+
+    def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
+        inputs = dict(inputs)
+        sequence_id = _scalar(inputs.pop(SEQUENCE_ID, None), SEQUENCE_ID)
+        control = _scalar(inputs.pop(CONTROL, None), CONTROL) or NO_CONTROL
+        if control not in (NO_CONTROL, START, END):
+            raise InvalidInputError(f"Special input {CONTROL} must be 0, 1 (start) or 2 (end); "
+                                    f"got {control}")
+        ready = validate(self.model_inputs, inputs, MAX_ELEMENTS, self.config.color_format)
+        self._sweep()
+        number, sequence = self._open(sequence_id, control)
+        feed = {self._input_ports[name]: array for name, array in ready.items()}
+        with sequence.lock:
+            sequence.used = time.monotonic()
+            try:
+                results = sequence.request.infer(feed, share_inputs=True, share_outputs=False)
+            except RuntimeError as exc:
+                raise PreconditionError(f"Inference failed: {exc}") from None
+        if control == END:
+            with self._lock:
+                self._sequences.pop(number, None)
+        outputs = {name: np.asarray(v) for name, v in
+                   zip(self._output_names, results.to_tuple(), strict=True)}
+        outputs[SEQUENCE_ID] = np.array([number], dtype=np.uint64)
+        return outputs
+
+    def _open(self, sequence_id: int | None, control: int) -> tuple[int, _Sequence]:
+        assert self._compiled is not None
+        with self._lock:
+            if control == START:
+                if sequence_id and sequence_id in self._sequences:
+                    raise SequenceExistsError(
+                        f"Sequence with provided ID already exists - id: {sequence_id}")
+                if len(self._sequences) >= self.config.max_sequence_number:
+                    raise TooManySequencesError("Max sequence number has been reached. Could not "
+                                                "create new sequence.")
+                number = sequence_id or self._new_id()
+                self._sequences[number] = _Sequence(self._compiled.create_infer_request())
+                return number, self._sequences[number]
+            if not sequence_id:
+                raise InvalidInputError("Sequence id has not been provided in request inputs")
+            found = self._sequences.get(sequence_id)
+            if found is None:
+                raise NotFoundError(f"Sequence with provided ID does not exist - id: "
+                                    f"{sequence_id}")
+            return sequence_id, found
+
+    def _new_id(self) -> int:
+        number = next(self._ids)
+        while number in self._sequences:
+            number = next(self._ids)
+        return number
+
+    def _sweep(self) -> None:
+        """Drop sequences idle longer than idle_seconds (checked at most every few seconds)."""
+        now = time.monotonic()
+        if not self.config.idle_sequence_cleanup or now - self._swept < 1.0:
+            return
+        self._swept = now
+        with self._lock:
+            for number in [n for n, s in self._sequences.items()
+                           if now - s.used > self.idle_seconds]:
+                del self._sequences[number]
+
+    @property
+    def sequence_count(self) -> int:
+        return len(self._sequences)
+
+
+def _scalar(value: np.ndarray | None, name: str) -> int | None:
+    if value is None:
+        return None
+    array = np.asarray(value)
+    if array.dtype.kind not in "iu" or array.size != 1:
+        raise InvalidInputError(f"Special input {name} must be one unsigned integer, shape [1]")
+    number = int(array.reshape(-1)[0])
+    if number < 0:
+        raise InvalidInputError(f"Special input {name} must not be negative")
+    return number
