@@ -87,6 +87,7 @@ class App:
     def handle(self, request: Request) -> Response:
         """Answer one request; every failure becomes the OVMS error shape, never an exception."""
         logs.request_id.set(request.request_id)
+        self.manager.reload_if_due()
         try:
             if len(request.body) > self.settings.max_request_bytes:
                 raise errors.PayloadTooLargeError(

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from core.errors import ConfigError, StorageError
+from core.pipeline_config import LibraryConfig, PipelineConfig, parse_libraries, parse_pipelines
 from core.shapes import Dim, ShapeSpec, parse_batch, parse_shape
 
 LAMBDA_PAYLOAD_LIMIT = 6 * 1024 * 1024 - 64 * 1024  # leave room for the event envelope
@@ -63,6 +64,8 @@ class ServerConfig:
     models: tuple[ModelConfig, ...]
     source: str = ""  # the config file it came from, or "" for flags/env
     metrics_enabled: bool = True
+    pipelines: tuple[PipelineConfig, ...] = ()
+    libraries: tuple[LibraryConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -174,9 +177,6 @@ def parse_config(raw: bytes, source: str = "") -> ServerConfig:
         raise ConfigError(f"Configuration file is not a valid JSON file: {source}: {exc}") from exc
     _require_object(doc, "$")
     _reject_unknown(doc, _TOP_KEYS, "$")
-    for unsupported in ("pipeline_config_list", "custom_node_library_config_list"):
-        if doc.get(unsupported):
-            raise ConfigError(f"{unsupported}: pipelines are not supported by this version yet")
     entries = doc.get("model_config_list")
     if not isinstance(entries, list):
         raise ConfigError("model_config_list: required, must be a list")
@@ -190,7 +190,16 @@ def parse_config(raw: bytes, source: str = "") -> ServerConfig:
         if any(m.name == model.name for m in models):
             raise ConfigError(f"{path}.config.name: model name {model.name!r} is duplicated")
         models.append(model)
-    return ServerConfig(tuple(models), source, _metrics_enabled(doc.get("monitoring")))
+    pipelines = parse_pipelines(doc.get("pipeline_config_list", []), "pipeline_config_list")
+    libraries = parse_libraries(doc.get("custom_node_library_config_list", []),
+                                "custom_node_library_config_list",
+                                lambda path: _resolve(base_dir, path))
+    for index, pipeline in enumerate(pipelines):
+        if any(m.name == pipeline.name for m in models):
+            raise ConfigError(f"pipeline_config_list[{index}].name: Pipeline name: "
+                              f"{pipeline.name} is already occupied by model")
+    return ServerConfig(tuple(models), source, _metrics_enabled(doc.get("monitoring")),
+                        pipelines, libraries)
 
 
 def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig:

@@ -1,8 +1,9 @@
 """The registry of servables: the warm compiled-model cache that lives for the process.
 
 Serving state changes atomically: a new version is loaded beside the serving ones and only
-then published (copy-on-write dict swap); a removed version is retired after its in-flight
-requests finish. Readers never take a lock on the hot path.
+then published (copy-on-write dict swap); a removed or replaced version is retired after its
+in-flight requests finish; a replacement that fails to load leaves the old one serving.
+Readers never take a lock on the hot path.
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core import errors
 from core.config import ModelConfig, ServerConfig, Settings
 from core.model import ModelVersion, State, Status
+from core.pipeline_config import PipelineConfig
+from core.pipelines import Pipeline
 from core.storage import Repository, open_repository
 
 log = logging.getLogger("ov_serverless.manager")
+Servable = ModelVersion | Pipeline
 
 
 @dataclass
@@ -36,6 +41,10 @@ class ServedModel:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def available(self) -> bool:
+        return any(v.available for v in self.versions.values())
 
     def default_version(self) -> ModelVersion:
         """The newest AVAILABLE version ("latest"), as OVMS answers version 0 / no version."""
@@ -83,29 +92,48 @@ class ServedModel:
                 return False
             self.error = "" if present else f"No version found in {self.config.base_path}"
             wanted = {v: present[v] for v in self.config.version_policy.select(list(present))}
-            added = [v for v, fp in wanted.items() if self.fingerprints.get(v) != fp
-                     or v not in self.versions or self.versions[v].status.state >= State.UNLOADING]
+            added = [v for v, fp in wanted.items() if self._stale(v, fp)]
             removed = [v for v, version in self.versions.items()
                        if v not in wanted and version.status.state < State.UNLOADING]
-            fresh = {v: self._prepare(v, load) for v in added}
-            retired = [self.versions[v] for v in removed]
-            replaced = [self.versions[v] for v in added if v in self.versions
+            fresh = self._keep_serving_on_failure({v: self._prepare(v, load) for v in added})
+            outgoing = [self.versions[v] for v in [*removed, *fresh] if v in self.versions
                         and self.versions[v].status.state < State.UNLOADING]
             self.versions = {**self.versions, **fresh}
-            self.fingerprints = {**self.fingerprints, **{v: wanted[v] for v in added}}
-        for version in retired + replaced:
-            threading.Thread(target=version.retire, daemon=True).start()
-        return bool(added or removed)
+            self.fingerprints = {
+                **{v: fp for v, fp in self.fingerprints.items() if v in wanted},
+                **{v: wanted[v] for v, new in fresh.items() if new.status.error_code == "OK"},
+            }
+        for version in outgoing:
+            _retire_later(version)
+        return bool(fresh or removed)
+
+    def _stale(self, number: int, fingerprint: str) -> bool:
+        current = self.versions.get(number)
+        return (current is None or current.status.state >= State.UNLOADING
+                or self.fingerprints.get(number) != fingerprint)
+
+    def _keep_serving_on_failure(self, fresh: dict[int, ModelVersion]) -> dict[int, ModelVersion]:
+        """A changed version whose replacement failed keeps serving the old files."""
+        kept = {}
+        for number, new in fresh.items():
+            old = self.versions.get(number)
+            if new.status.error_code != "OK" and old is not None and old.available:
+                log.error("Model %s version %d: the changed files failed to load (%s); the "
+                          "previous files keep serving", self.name, number,
+                          new.status.error_message)
+                continue
+            kept[number] = new
+        return kept
 
     def _prepare(self, number: int, load: bool) -> ModelVersion:
+        kind = _version_class(self.config)
         try:
             folder = self.repository.fetch(number)
         except errors.ServingError as exc:
-            folder = Path()
-            failed = ModelVersion(self.config, number, folder, self.cache_dir)
+            failed = kind(self.config, number, Path(), self.cache_dir)
             failed.status = Status(State.LOADING, "UNKNOWN", exc.message)
             return failed
-        version = ModelVersion(self.config, number, folder, self.cache_dir)
+        version = kind(self.config, number, folder, self.cache_dir)
         if load:
             version.load()
         return version
@@ -118,6 +146,42 @@ class ServedModel:
                     if version.status.state is State.START:
                         version.load()
 
+    def retire(self) -> None:
+        for version in self.versions.values():
+            if version.status.state < State.UNLOADING:
+                _retire_later(version)
+
+
+@dataclass
+class ServedPipeline:
+    """A pipeline behind the same interface as a model: one version, numbered 1."""
+
+    config: PipelineConfig
+    pipeline: Pipeline
+
+    @property
+    def versions(self) -> dict[int, Pipeline]:
+        return {1: self.pipeline}
+
+    def default_version(self) -> Pipeline:
+        return self.pipeline
+
+    def version(self, number: int | None) -> Pipeline:
+        return self.pipeline  # OVMS ignores the requested version of a pipeline
+
+
+def _version_class(config: ModelConfig) -> type[ModelVersion]:
+    if config.stateful:
+        from core.stateful import StatefulModelVersion
+
+        return StatefulModelVersion
+    return ModelVersion
+
+
+def _retire_later(version: ModelVersion) -> None:
+    threading.Thread(target=version.retire, name=f"retire-{version.name}-{version.version}",
+                     daemon=True).start()
+
 
 def _detail(status: Status) -> str:
     return "" if status.error_code == "OK" else f"; error: {status.error_message}"
@@ -127,10 +191,17 @@ class ModelManager:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.models: dict[str, ServedModel] = {}
+        self.pipelines: dict[str, ServedPipeline] = {}
         self.config: ServerConfig | None = None
         self.ready = False
         self.timings: dict[str, float] = {}
+        self.pipeline_errors: dict[str, str] = {}
+        self._libraries: dict[tuple[str, str], Any] = {}
+        self._broken: dict[str, ModelConfig] = {}  # configs that failed: not retried as is
         self._reload_lock = threading.Lock()
+        self._check_lock = threading.Lock()
+        self._last_check = time.monotonic()
+        self._polling = False
 
     @classmethod
     def start(cls, settings: Settings) -> ModelManager:
@@ -143,24 +214,76 @@ class ModelManager:
         """Apply a config as a diff: unchanged models are not touched (not recompiled)."""
         started = time.perf_counter()
         with self._reload_lock:
-            changed = False
             current = dict(self.models)
+            reopened = {m.name for m in config.models
+                        if (m.name not in current or current[m.name].config != m)
+                        and self._broken.get(m.name) != m}
             for model_config in config.models:
-                served = current.get(model_config.name)
-                if served is None or served.config != model_config:
-                    served = self._open(model_config)
-                    changed = True
-                changed |= served.sync(load=not self.settings.lazy_load)
-                current[model_config.name] = served
+                if model_config.name in reopened:
+                    current[model_config.name] = self._open(model_config)
+            changed = bool(reopened)
+            for model_config in config.models:
+                changed |= current[model_config.name].sync(load=not self.settings.lazy_load)
+            current = self._keep_old_when_broken(current, reopened)
             names = {m.name for m in config.models}
-            gone = [self.models[n] for n in self.models if n not in names]
+            outgoing = [m for n, m in self.models.items()
+                        if n not in names or current[n] is not m]
             self.models = {n: m for n, m in current.items() if n in names}
+            changed |= self._apply_pipelines(config, reopened)
             self.config = config
-        for served in gone:
-            for version in served.versions.values():
-                threading.Thread(target=version.retire, daemon=True).start()
+        for served in outgoing:
+            served.retire()
         self.timings["config_apply_s"] = time.perf_counter() - started
-        return changed or bool(gone)
+        return changed or bool(outgoing)
+
+    def _keep_old_when_broken(self, current: dict[str, ServedModel], reopened: set[str]
+                              ) -> dict[str, ServedModel]:
+        """A changed model config whose versions all fail leaves the old one serving."""
+        for name in reopened:
+            old, new = self.models.get(name), current[name]
+            if old is not None and old.available and not new.available and \
+                    not self.settings.lazy_load:
+                log.error("Model %s: the new config failed to load; the previous config keeps "
+                          "serving", name)
+                self._broken[name] = new.config
+                current[name] = old
+            else:
+                self._broken.pop(name, None)
+        return current
+
+    def _apply_pipelines(self, config: ServerConfig, reopened: set[str]) -> bool:
+        libraries = {lib.name: self._library(lib.name, lib.base_path) for lib in config.libraries}
+        pipelines: dict[str, ServedPipeline] = {}
+        self.pipeline_errors = {}
+        for pipeline_config in config.pipelines:
+            name = pipeline_config.name
+            old = self.pipelines.get(name)
+            models = {n.model_name for n in pipeline_config.nodes}
+            if old is not None and old.config == pipeline_config and not models & reopened:
+                pipelines[name] = old
+                continue
+            try:
+                pipeline = Pipeline(pipeline_config, self, libraries, set(self.models))
+            except errors.ServingError as exc:
+                log.error("Pipeline %s is invalid: %s", name, exc.message)
+                self.pipeline_errors[name] = exc.message
+                if old is not None:
+                    pipelines[name] = old  # the previous definition keeps serving
+                continue
+            pipelines[name] = ServedPipeline(pipeline_config, pipeline)
+        outgoing = [p for n, p in self.pipelines.items() if pipelines.get(n) is not p]
+        self.pipelines = pipelines
+        for served in outgoing:
+            served.pipeline.retire()
+        return bool(outgoing) or len(pipelines) != len(config.pipelines)
+
+    def _library(self, name: str, base_path: str) -> Any:
+        from core.custom_nodes import load_library
+
+        key = (name, base_path)
+        if key not in self._libraries:
+            self._libraries[key] = load_library(name, base_path)
+        return self._libraries[key]
 
     def _open(self, config: ModelConfig) -> ServedModel:
         cache = str(Path(self.settings.cache_dir) / "models")
@@ -171,7 +294,10 @@ class ModelManager:
         return ServedModel(config, repository, self.settings.cache_dir)
 
     def reload(self) -> bool:
-        """Re-read the config file (if any) and every repository; True when anything changed."""
+        """Re-read the config file (if any) and every repository; True when anything changed.
+
+        An invalid config raises ConfigError and changes nothing."""
+        self._last_check = time.monotonic()
         if self.settings.config_path:
             return self.apply(self.settings.server_config())
         changed = False
@@ -179,16 +305,51 @@ class ModelManager:
             changed |= served.sync(load=not self.settings.lazy_load)
         return changed
 
-    def model(self, name: str) -> ServedModel:
-        served = self.models.get(name)
+    def start_polling(self) -> threading.Event:
+        """Long-running hosts: a background poller (OVMS file_system_poll_wait_seconds).
+        Set the returned event to stop it."""
+        stop = threading.Event()
+        self._polling = True
+
+        def poll() -> None:
+            while not stop.wait(self.settings.reload_interval):
+                try:
+                    self.reload()
+                except errors.ServingError as exc:
+                    log.error("Reload failed; the current config keeps serving: %s",
+                              exc.message)
+
+        threading.Thread(target=poll, name="repository-poller", daemon=True).start()
+        return stop
+
+    def reload_if_due(self) -> None:
+        """Serverless hosts: a cheap check at most once per reload_interval, on the request
+        path, so no thread burns CPU between invocations."""
+        interval = self.settings.reload_interval
+        if self._polling or interval <= 0 or time.monotonic() - self._last_check < interval:
+            return
+        if not self._check_lock.acquire(blocking=False):
+            return  # another request is already checking
+        try:
+            self.reload()
+        except errors.ServingError as exc:
+            log.error("Reload failed; the current config keeps serving: %s", exc.message)
+        finally:
+            self._check_lock.release()
+
+    def model(self, name: str) -> ServedModel | ServedPipeline:
+        served = self.models.get(name) or self.pipelines.get(name)
         if served is None:
+            if name in self.pipeline_errors:
+                raise errors.ModelNotReadyError(
+                    f"Pipeline {name} is not loaded: {self.pipeline_errors[name]}")
             raise errors.ModelNotFoundError(name)
         return served
 
-    def get(self, name: str, version: int | None = None) -> ModelVersion:
-        """The AVAILABLE version a request should run on, or the error a client should see."""
+    def get(self, name: str, version: int | None = None) -> Any:
+        """The AVAILABLE servable a request should run on, or the error a client should see."""
         served = self.model(name)
-        if self.settings.lazy_load:
+        if self.settings.lazy_load and isinstance(served, ServedModel):
             served.ensure_loaded()
         return served.version(version)
 

@@ -12,6 +12,8 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ log = logging.getLogger("ov_serverless.model")
 
 MODEL_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite")
 MAX_ELEMENTS = 256 * 1024 * 1024
+RETIRE_GRACE_S = 2.0
 
 
 class State(enum.IntEnum):
@@ -102,13 +105,17 @@ class ModelVersion:
         else:
             self._set(Status(State.AVAILABLE))
 
-    def retire(self) -> None:
-        """UNLOADING until in-flight requests finish, then END; resources are released."""
+    def retire(self, grace: float = RETIRE_GRACE_S) -> None:
+        """UNLOADING until in-flight requests finish, then END; resources are released.
+
+        The grace covers requests that resolved this version just before it was unpublished
+        and are still decoding their body: they run on it rather than fail."""
         self._set(Status(State.UNLOADING))
+        time.sleep(grace)
         with self._idle:
             self._idle.wait_for(lambda: self._inflight == 0, timeout=300)
-        self._compiled = None
-        self._pool = queue.Queue()
+            self._compiled = None
+            self._pool = queue.Queue()
         self._set(Status(State.END))
 
     def _build(self) -> None:
@@ -119,6 +126,7 @@ class ModelVersion:
         model = ov_core().read_model(str(path))
         self.timings["read_s"] = time.perf_counter() - started
         aliases = mapping.load(self.folder)
+        self._transform(model)
         reshape.apply(model, self.config, aliases)
         self._describe(model, aliases)
         started = time.perf_counter()
@@ -127,6 +135,9 @@ class ModelVersion:
         )
         self.timings["compile_s"] = time.perf_counter() - started
         self._fill_pool()
+
+    def _transform(self, model: ov.Model) -> None:
+        """Hook for subclasses (stateful models) to transform the read model."""
 
     def _compile_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
@@ -177,15 +188,22 @@ class ModelVersion:
         """Validate and run one request; outputs are owned by the caller."""
         ready = validate(self.inputs, inputs, MAX_ELEMENTS, self.config.color_format)
         feed = {self._input_ports[name]: array for name, array in ready.items()}
+        with self.serving():
+            return self._run(feed)
+
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """Count one request in flight; a retiring version still serves requests it got."""
         with self._idle:
-            if self.status.state is not State.AVAILABLE:
+            if self._compiled is None or self.status.state not in (State.AVAILABLE,
+                                                                   State.UNLOADING):
                 raise ModelNotReadyError(
                     f"Model with requested version is not loaded yet - name: {self.name}; "
                     f"version: {self.version}"
                 )
             self._inflight += 1
         try:
-            return self._run(feed)
+            yield
         finally:
             with self._idle:
                 self._inflight -= 1

@@ -12,7 +12,7 @@ from core import metrics
 from core.codecs import kserve_rest, tfs_rest
 from core.codecs.common import dumps
 from core.errors import ServingError, VersionNotFoundError
-from core.manager import ModelManager, ServedModel
+from core.manager import ModelManager, Servable, ServedModel, ServedPipeline
 from core.model import ModelVersion
 from core.signature import TensorSpec
 
@@ -66,19 +66,24 @@ def _size(dim: tuple[int, int]) -> int:
 
 def tfs_status(manager: ModelManager, name: str, version: int | None) -> bytes:
     with metrics.track("TensorFlowServing", "REST", "GetModelStatus", name, None):
-        served = manager.model(name)
-        if version is not None:
-            if version not in served.versions:
-                raise VersionNotFoundError(name, version)
-            selected = [served.versions[version]]
-        else:
-            selected = [served.versions[v] for v in sorted(served.versions)]
-            if not selected:
-                served.default_version()  # raises the model's error
-        return dumps({"model_version_status": [version_status(v) for v in selected]})
+        return dumps(status_doc(manager, name, version))
 
 
-def version_status(version: ModelVersion) -> dict[str, Any]:
+def status_doc(manager: ModelManager, name: str, version: int | None) -> dict[str, Any]:
+    """`model_version_status` of one version, or of every version when none is given."""
+    served = manager.model(name)
+    if version is not None:
+        if version not in served.versions:
+            raise VersionNotFoundError(name, version)
+        selected = [served.versions[version]]
+    else:
+        selected = [served.versions[v] for v in sorted(served.versions)]
+        if not selected:
+            served.default_version()  # raises the model's error
+    return {"model_version_status": [version_status(v) for v in selected]}
+
+
+def version_status(version: Servable) -> dict[str, Any]:
     status = version.status
     return {
         "version": str(version.version),
@@ -92,10 +97,11 @@ def config_status(manager: ModelManager) -> bytes:
 
 
 def _all_statuses(manager: ModelManager) -> dict[str, Any]:
+    served: dict[str, ServedModel | ServedPipeline] = {**manager.models, **manager.pipelines}
     return {
-        name: {"model_version_status": [version_status(served.versions[v])
-                                        for v in sorted(served.versions)]}
-        for name, served in manager.models.items()
+        name: {"model_version_status": [version_status(entry.versions[v])
+                                        for v in sorted(entry.versions)]}
+        for name, entry in served.items()
     }
 
 
@@ -115,7 +121,8 @@ def kserve_metadata(manager: ModelManager, name: str, version: int | None) -> by
         return dumps(kserve_metadata_doc(manager.model(name), servable))
 
 
-def kserve_metadata_doc(served: ServedModel, servable: ModelVersion) -> dict[str, Any]:
+def kserve_metadata_doc(served: ServedModel | ServedPipeline, servable: Servable
+                        ) -> dict[str, Any]:
     available = [str(v) for v in sorted(served.versions) if served.versions[v].available]
     return {
         "name": servable.name,

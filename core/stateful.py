@@ -77,14 +77,16 @@ class StatefulModelVersion(ModelVersion):
                                     f"got {control}")
         ready = validate(self.model_inputs, inputs, MAX_ELEMENTS, self.config.color_format)
         self._sweep()
-        number, sequence = self._open(sequence_id, control)
         feed = {self._input_ports[name]: array for name, array in ready.items()}
-        with sequence.lock:
-            sequence.used = time.monotonic()
-            try:
-                results = sequence.request.infer(feed, share_inputs=True, share_outputs=False)
-            except RuntimeError as exc:
-                raise PreconditionError(f"Inference failed: {exc}") from None
+        with self.serving():
+            number, sequence = self._open(sequence_id, control)
+            with sequence.lock:
+                sequence.used = time.monotonic()
+                try:
+                    results = sequence.request.infer(feed, share_inputs=True,
+                                                     share_outputs=False)
+                except RuntimeError as exc:
+                    raise PreconditionError(f"Inference failed: {exc}") from None
         if control == END:
             with self._lock:
                 self._sequences.pop(number, None)

@@ -82,6 +82,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["lazy_load"] = True
     if args.file_system_poll_wait_seconds is not None:
         overrides["reload_interval"] = args.file_system_poll_wait_seconds
+    elif args.command == "serve" and "OVS_RELOAD_INTERVAL" not in os.environ:
+        overrides["reload_interval"] = 1.0  # OVMS's default poll for long-running servers
     options = {flag: getattr(args, flag) for flag in _MODEL_FLAGS if getattr(args, flag)}
     if options:
         overrides["model_options"] = _decode_json_flags(options)

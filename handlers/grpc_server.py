@@ -219,6 +219,8 @@ def serve_forever(settings: Settings, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     manager = ModelManager.start(settings)
+    if settings.reload_interval > 0:
+        manager.start_polling()
     try:
         server, checker, executor = build(manager, args)
     except RuntimeError as exc:

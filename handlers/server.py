@@ -62,6 +62,8 @@ class RestServer(BaseApplication):
         from handlers.wsgi import make_wsgi_app
 
         self.app = App(ModelManager.start(self.settings), self.settings)
+        if self.settings.reload_interval > 0:
+            self.app.manager.start_polling()
         return make_wsgi_app(self.app)
 
     def _start_grpc(self, worker: Any) -> None:

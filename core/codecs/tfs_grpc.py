@@ -184,15 +184,6 @@ def status(manager: ModelManager, request: get_model_status_pb2.GetModelStatusRe
            ) -> get_model_status_pb2.GetModelStatusResponse:
     name, version = _require_spec(request)
     with metrics.track(API, "gRPC", "GetModelStatus", name, None):
-        served = manager.model(name)
-        if version is not None:
-            if version not in served.versions:
-                raise VersionNotFoundError(name, version)
-            selected = [served.versions[version]]
-        else:
-            selected = [served.versions[v] for v in sorted(served.versions)]
-            if not selected:
-                served.default_version()  # raises the model's own error
-        doc = {"model_version_status": [rest.version_status(v) for v in selected]}
+        doc = rest.status_doc(manager, name, version)
         return json_format.ParseDict(doc, get_model_status_pb2.GetModelStatusResponse(),
                                      descriptor_pool=POOL)

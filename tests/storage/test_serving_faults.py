@@ -135,11 +135,6 @@ def test_endpoint_dies_before_and_mid_reload(
     assert predict(app, version=1) == (200, scaled(1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ServedModel.sync records the fingerprint of a version "
-    "whose fetch failed, so an unchanged bucket never retries it",
-)
 def test_version_whose_download_failed_is_retried(
     store: Store, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,11 +157,6 @@ def test_version_whose_download_failed_is_retried(
     assert predict(app, version=2) == (200, scaled(2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ServedModel.sync retires the serving version when its "
-    "changed replacement fails to fetch/load, instead of keeping it serving",
-)
 def test_changed_version_that_fails_to_download_keeps_the_old_one(
     store: Store, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
