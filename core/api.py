@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from core import errors, logs, rest
+from core import errors, limits, logs, rest
 from core.config import Settings
 from core.manager import ModelManager
 
@@ -62,6 +62,7 @@ class App:
     def __init__(self, manager: ModelManager, settings: Settings) -> None:
         self.manager = manager
         self.settings = settings
+        limits.configure(settings.limits)
         self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r":predict"),
              {"POST": self._tfs_predict}),

@@ -16,12 +16,14 @@ from typing import Any
 import orjson
 
 from core.errors import ConfigError, StorageError
+from core.limits import Limits
 from core.pipeline_config import LibraryConfig, PipelineConfig, parse_libraries, parse_pipelines
 from core.shapes import Dim, ShapeSpec, parse_batch, parse_shape
 
 LAMBDA_PAYLOAD_LIMIT = 6 * 1024 * 1024 - 64 * 1024  # leave room for the event envelope
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 DEFAULT_CACHE_DIR = "/tmp/ov-cache"
+DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,7 @@ class Settings:
     base_path: str = ""  # URL prefix stripped before routing (API Gateway stage, mapping)
     reload_interval: float = 0.0
     log_level: str = "INFO"
+    limits: Limits = Limits()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -109,6 +112,14 @@ class Settings:
             base_path=env.get("OVS_BASE_PATH", "").rstrip("/"),
             reload_interval=float(env.get("OVS_RELOAD_INTERVAL", "0") or 0),
             log_level=env.get("OVS_LOG_LEVEL", "INFO").upper(),
+            limits=Limits(
+                max_tensor_elements=_env_int(env, "OVS_MAX_TENSOR_ELEMENTS",
+                                             DEFAULT_LIMITS.max_tensor_elements),
+                max_tensor_bytes=_env_int(env, "OVS_MAX_TENSOR_BYTES",
+                                          DEFAULT_LIMITS.max_tensor_bytes),
+                max_image_pixels=_env_int(env, "OVS_MAX_IMAGE_PIXELS",
+                                          DEFAULT_LIMITS.max_image_pixels),
+            ),
         )
         return replace(settings, **overrides)
 

@@ -27,6 +27,15 @@ REQUEST_TIME = Histogram("ovms_request_time_us", "Processing time of requests to
                          registry=REGISTRY)
 INFERENCE_TIME = Histogram("ovms_inference_time_us", "Inference execution time in the model",
                            ("name", "version"), buckets=_BUCKETS_US, registry=REGISTRY)
+WAIT_FOR_INFER_REQ = Histogram("ovms_wait_for_infer_req_time_us",
+                               "Time a request waited for a free infer request",
+                               ("name", "version"), buckets=_BUCKETS_US, registry=REGISTRY)
+STREAMS = Gauge("ovms_streams", "Number of OpenVINO execution streams", ("name", "version"),
+                registry=REGISTRY)
+INFER_REQ_QUEUE_SIZE = Gauge("ovms_infer_req_queue_size", "Infer request pool size (nireq)",
+                             ("name", "version"), registry=REGISTRY)
+INFER_REQ_ACTIVE = Gauge("ovms_infer_req_active", "Infer requests in use", ("name", "version"),
+                         registry=REGISTRY)
 CURRENT_REQUESTS = Gauge("ovms_current_requests", "Number of requests being processed",
                          registry=REGISTRY)
 COLD_START = Gauge("ov_serverless_cold_start_seconds", "Cold-start stage durations",

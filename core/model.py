@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from core import tensors
+from core import metrics, tensors
 from core.config import ModelConfig
 from core.errors import ModelNotReadyError, PreconditionError, ServingError
 from core.shapes import ANY, Dim, Dims
@@ -30,7 +30,6 @@ from core.signature import Inputs, TensorSpec, validate
 log = logging.getLogger("ov_serverless.model")
 
 MODEL_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite")
-MAX_ELEMENTS = 256 * 1024 * 1024
 RETIRE_GRACE_S = 2.0
 
 
@@ -153,6 +152,11 @@ class ModelVersion:
         )
         for _ in range(max(size, 1)):
             self._pool.put(self._compiled.create_infer_request())
+        labels = (self.name, str(self.version))
+        self._wait_metric = metrics.WAIT_FOR_INFER_REQ.labels(*labels)
+        self._active_metric = metrics.INFER_REQ_ACTIVE.labels(*labels)
+        metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).set(max(size, 1))
+        metrics.STREAMS.labels(*labels).set(int(self._compiled.get_property("NUM_STREAMS")))
 
     def _describe(self, model: ov.Model, aliases: Any) -> None:
         for port in model.inputs:
@@ -186,7 +190,7 @@ class ModelVersion:
 
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
         """Validate and run one request; outputs are owned by the caller."""
-        ready = validate(self.inputs, inputs, MAX_ELEMENTS, self.config.color_format)
+        ready = validate(self.inputs, inputs, self.config.color_format)
         feed = {self._input_ports[name]: array for name, array in ready.items()}
         with self.serving():
             return self._run(feed)
@@ -210,13 +214,17 @@ class ModelVersion:
                 self._idle.notify_all()
 
     def _run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        waited = time.perf_counter()
         request = self._pool.get()
+        self._wait_metric.observe((time.perf_counter() - waited) * 1e6)
+        self._active_metric.inc()
         try:
             results = request.infer(feed, share_inputs=True, share_outputs=False)
         except RuntimeError as exc:
             raise PreconditionError(f"Inference failed: {exc}") from None
         finally:
             self._pool.put(request)
+            self._active_metric.dec()
         return {name: np.asarray(value) for name, value in
                 zip(self._output_names, results.to_tuple(), strict=True)}
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from core.custom_nodes import CustomNode
 from core.errors import ConfigError, InvalidInputError, NoResultsError
-from core.model import MAX_ELEMENTS, State, Status
+from core.model import State, Status
 from core.pipeline_config import REQUEST, Connection, NodeConfig, PipelineConfig
 from core.shapes import ANY
 from core.signature import Inputs, TensorSpec, validate
@@ -153,7 +153,7 @@ class Pipeline:
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
         values: dict[tuple[str, str], Value] = {
             (REQUEST, name): array
-            for name, array in validate(self.inputs, inputs, MAX_ELEMENTS).items()
+            for name, array in validate(self.inputs, inputs).items()
         }
         for name in self._order:
             node = self._nodes[name]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core import tensors
+from core import limits, tensors
 from core.errors import InvalidInputError
 from core.shapes import Dims, fits, format_actual, format_dims
 from core.tensors import DType
@@ -106,7 +106,7 @@ def check_precision(spec: TensorSpec, actual: DType) -> None:
 
 
 def validate(
-    specs: Mapping[str, TensorSpec], inputs: Inputs, max_elements: int, color_format: str = "BGR"
+    specs: Mapping[str, TensorSpec], inputs: Inputs, color_format: str = "BGR"
 ) -> Inputs:
     """Check names, dtypes and shapes; decode jpeg/png tensors for image inputs."""
     check_names(specs, inputs)
@@ -124,10 +124,7 @@ def validate(
             array = images.decode_batch(array, spec, color_format)
         else:
             check_precision(spec, tensors.from_numpy(array.dtype))
-        if array.size > max_elements:
-            raise InvalidInputError(
-                f"Input {name} has {array.size} elements; the limit is {max_elements}"
-            )
+        limits.check_shape(array.shape, name, array.itemsize)
         spec.check_shape(array.shape)
         ready[name] = array
     return ready

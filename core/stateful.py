@@ -19,7 +19,7 @@ import openvino as ov
 
 from core import tensors
 from core.errors import InvalidInputError, NotFoundError, PreconditionError, ServingError
-from core.model import MAX_ELEMENTS, ModelVersion
+from core.model import ModelVersion
 from core.signature import Inputs, TensorSpec, validate
 
 SEQUENCE_ID = "sequence_id"
@@ -75,7 +75,7 @@ class StatefulModelVersion(ModelVersion):
         if control not in (NO_CONTROL, START, END):
             raise InvalidInputError(f"Special input {CONTROL} must be 0, 1 (start) or 2 (end); "
                                     f"got {control}")
-        ready = validate(self.model_inputs, inputs, MAX_ELEMENTS, self.config.color_format)
+        ready = validate(self.model_inputs, inputs, self.config.color_format)
         self._sweep()
         feed = {self._input_ports[name]: array for name, array in ready.items()}
         with self.serving():

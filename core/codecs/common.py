@@ -130,17 +130,3 @@ def numeric_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
         raise InvalidInputError(f"Input {spec.name} takes strings or b64 values, not numbers")
     with np.errstate(over="ignore", invalid="ignore"):  # 1e300 -> inf in FP32, as a C cast
         return array.astype(spec.dtype.numpy, copy=False)
-
-
-def check_elements(shape: list[int] | tuple[int, ...], limit: int, name: str) -> int:
-    """Element count of a declared shape, rejected before anything is allocated."""
-    count = 1
-    for dim in shape:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
-            raise InvalidInputError(f"Invalid shape {list(shape)[:10]} for input {name}")
-        count *= dim
-        if count > limit:
-            raise InvalidInputError(
-                f"Input {name} declares {count}+ elements; the limit is {limit}"
-            )
-    return count

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from core import limits
 from core.errors import ImageDecodeError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
 
     from core.signature import TensorSpec
 
-MAX_IMAGE_PIXELS = 64 * 1024 * 1024
 
 
 def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR") -> np.ndarray:
@@ -56,16 +56,17 @@ def _decode_one(
         raise InvalidInputError(f"Binary image input must be bytes; input name: {name}")
     from PIL import Image, UnidentifiedImageError
 
-    Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+    max_pixels = limits.current().max_image_pixels
+    Image.MAX_IMAGE_PIXELS = max_pixels
     try:
         with Image.open(io.BytesIO(bytes(data))) as image:
             if image.format not in ("JPEG", "PNG"):
                 raise ImageDecodeError(f"Image parsing failed - format {image.format} is not "
                                        f"jpeg or png; input name: {name}")
-            if image.width * image.height > MAX_IMAGE_PIXELS:
+            if image.width * image.height > max_pixels:
                 raise ImageDecodeError(
                     f"Image parsing failed - {image.width}x{image.height} pixels exceed the "
-                    f"limit of {MAX_IMAGE_PIXELS} pixels; input name: {name}")
+                    f"limit of {max_pixels} pixels; input name: {name}")
             converted = _resize(image.convert("L" if channels == 1 else "RGB"), height, width)
             array = np.asarray(converted)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:

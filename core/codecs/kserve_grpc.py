@@ -11,9 +11,8 @@ from __future__ import annotations
 import numpy as np
 from google.protobuf import json_format
 
-from core import metrics, rest, tensors
-from core.codecs.common import check_elements
-from core.codecs.kserve_rest import _from_binary, _to_binary
+from core import limits, metrics, rest, tensors
+from core.codecs.kserve_rest import from_binary, to_binary
 from core.errors import InvalidInputError, ServingError, VersionNotFoundError
 from core.manager import ModelManager
 from core.model import ModelVersion
@@ -21,7 +20,6 @@ from core.signature import Inputs
 from protos.gen.kserve import grpc_predict_v2_pb2 as pb
 from protos.pool import POOL
 
-MAX_ELEMENTS = 256 * 1024 * 1024
 API = "KServe"
 
 _CONTENTS = {
@@ -58,14 +56,14 @@ def decode_inputs(request: pb.ModelInferRequest) -> Inputs:
             raise InvalidInputError(f"Duplicated input name: {name}")
         dtype = tensors.from_kserve(tensor.datatype)
         shape = list(tensor.shape)
-        count = check_elements(shape, MAX_ELEMENTS, name)
+        count = limits.check_shape(shape, name, dtype.numpy.itemsize)
         if raw:
             if tensor.contents.ListFields():
                 raise InvalidInputError(
                     "Passing buffers both in InferInputTensor contents and in "
                     f"raw_input_contents is not allowed; input name: {name}"
                 )
-            inputs[name] = _from_binary(memoryview(raw[index]), dtype, shape, count, name)
+            inputs[name] = from_binary(memoryview(raw[index]), dtype, shape, count, name)
         else:
             inputs[name] = _from_contents(tensor.contents, dtype, shape, count, name)
     return inputs
@@ -104,7 +102,7 @@ def encode(servable: ModelVersion, outputs: dict[str, np.ndarray], wanted: list[
         value = outputs[name]
         response.outputs.add(name=name, datatype=tensors.from_numpy(value.dtype).kserve,
                              shape=value.shape)
-        response.raw_output_contents.append(_to_binary(value))
+        response.raw_output_contents.append(to_binary(value))
     return response
 
 

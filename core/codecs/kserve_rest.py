@@ -15,12 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from core import tensors
-from core.codecs.common import check_elements, dumps, loads
+from core import limits, tensors
+from core.codecs.common import dumps, loads
 from core.errors import InvalidInputError
 from core.signature import Inputs, TensorSpec, check_precision
-
-MAX_ELEMENTS = 256 * 1024 * 1024
 
 
 @dataclass
@@ -112,7 +110,7 @@ def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, Te
             f"Invalid JSON structure. inputs[{index}] needs name, shape and datatype"
         )
     dtype = tensors.from_kserve(datatype)
-    count = check_elements(shape, MAX_ELEMENTS, name)
+    count = limits.check_shape(shape, name, dtype.numpy.itemsize)
     spec = specs.get(name)
     if spec is not None and not (dtype is tensors.BYTES and spec.image_layout):
         check_precision(spec, dtype)
@@ -133,13 +131,13 @@ def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, Te
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise InvalidInputError("binary_data_size parameter is invalid and cannot be "
                                     f"parsed; input name: {name}")
-        return name, _from_binary(reader.take(size), dtype, shape, count, name)
+        return name, from_binary(reader.take(size), dtype, shape, count, name)
     if "data" not in item:
         raise InvalidInputError(f"Input {name} has neither data nor binary_data_size")
     return name, _from_json(item["data"], dtype, shape, count, name)
 
 
-def _from_binary(chunk: memoryview, dtype: tensors.DType, shape: list[int], count: int,
+def from_binary(chunk: memoryview, dtype: tensors.DType, shape: list[int], count: int,
                  name: str) -> np.ndarray:
     if dtype is tensors.BYTES:
         return _split_bytes(chunk, count, name).reshape(shape)
@@ -223,7 +221,7 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
         entry: dict[str, Any] = {"name": name, "datatype": tensors.from_numpy(value.dtype).kserve,
                                  "shape": list(value.shape)}
         if binary:
-            data = _to_binary(value)
+            data = to_binary(value)
             entry["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
         else:
@@ -242,7 +240,7 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
     }
 
 
-def _to_binary(value: np.ndarray) -> bytes:
+def to_binary(value: np.ndarray) -> bytes:
     if value.dtype == object:
         parts = []
         for item in value.reshape(-1):

@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from google.protobuf import json_format
 
-from core import metrics, rest, tensors
-from core.codecs.common import check_elements
+from core import limits, metrics, rest, tensors
 from core.errors import InvalidInputError, VersionNotFoundError
 from core.manager import ModelManager
 from core.model import ModelVersion
@@ -30,7 +29,6 @@ from protos.gen.tensorflow_serving.apis import (
 )
 from protos.pool import POOL
 
-MAX_ELEMENTS = 256 * 1024 * 1024
 API = "TensorFlowServing"
 
 # Which typed field carries the values of each DataType (as TensorFlow's tensor_util fills them).
@@ -56,7 +54,7 @@ def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
     if proto.tensor_shape.unknown_rank:
         raise InvalidInputError(f"Tensor shape must be known; input name: {name}")
     shape = [dim.size for dim in proto.tensor_shape.dim]
-    count = check_elements(shape, MAX_ELEMENTS, name)
+    count = limits.check_shape(shape, name, dtype.numpy.itemsize)
     if dtype is tensors.BYTES:
         values = proto.string_val
         if not values and count:
