@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -28,9 +29,28 @@ from core.errors import ConfigError, InternalError, ServingError
 from core.shapes import Dims, parse_dims
 from core.signature import TensorSpec
 
+log = logging.getLogger("ov_serverless.custom_nodes")
 
-def load_library(name: str, base_path: str) -> ModuleType:
-    """Import a custom node library from a .py file path or a module name."""
+
+class BrokenLibrary:
+    """Stands in for a library that failed to load: the pipelines that use it fail validation
+    with this message; the rest of the config keeps serving."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def load_library(name: str, base_path: str) -> ModuleType | BrokenLibrary:
+    """Import a custom node library from a .py file path or a module name; a library that
+    cannot be imported, or defines no execute(), comes back as a BrokenLibrary."""
+    try:
+        return _import(name, base_path)
+    except ConfigError as exc:
+        log.error("%s", exc.message)
+        return BrokenLibrary(exc.message)
+
+
+def _import(name: str, base_path: str) -> ModuleType:
     try:
         if base_path.endswith(".py"):
             path = Path(base_path)
@@ -57,10 +77,14 @@ class CustomNode:
 
     def __init__(self, node_name: str, library: ModuleType, params: Mapping[str, str]) -> None:
         self.name = node_name
-        self.library = library
+        self.library: Any = library
         self.params = dict(params)
         init: Callable[..., Any] | None = getattr(library, "initialize", None)
-        self.state = init(self.params) if init else None
+        try:
+            self.state = init(self.params) if init else None
+        except Exception as exc:  # user code: the pipeline fails to load, the server stays up
+            raise ConfigError(f"Custom node {node_name}: initialize() failed: "
+                              f"{type(exc).__name__}: {exc}") from exc
 
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
@@ -79,14 +103,34 @@ class CustomNode:
         info: Callable[..., Any] | None = getattr(self.library, f"{kind}_info", None)
         if info is None:
             return {}
-        declared = info(self.params)
-        return {name: TensorSpec(name, tensors.from_kserve(dtype), _dims(shape, name))
-                for name, (dtype, shape) in declared.items()}
+        try:
+            declared = info(self.params)
+            return {name: TensorSpec(name, tensors.from_kserve(dtype), _dims(shape, name))
+                    for name, (dtype, shape) in declared.items()}
+        except ServingError as exc:
+            raise ConfigError(f"Custom node {self.name} {kind}_info: {exc.message}") from exc
+        except Exception as exc:  # user code: a bad declaration fails the pipeline's load
+            raise ConfigError(f"Custom node {self.name} {kind}_info: must return "
+                              "{name: (datatype, shape)}; "
+                              f"{type(exc).__name__}: {exc}") from exc
 
     def close(self) -> None:
+        """deinitialize(state), once; a failure is logged (unloading must go on)."""
         deinit: Callable[..., Any] | None = getattr(self.library, "deinitialize", None)
-        if deinit:
+        self.library, library = _Closed(), self.library
+        if deinit is None or isinstance(library, _Closed):
+            return
+        try:
             deinit(self.state)
+        except Exception:  # user code must not stop an unload or a reload
+            log.exception("Custom node %s: deinitialize() failed", self.name)
+
+
+class _Closed:
+    """The library of a node after close(): a late request fails cleanly."""
+
+    def execute(self, *args: Any) -> dict[str, np.ndarray]:
+        raise InternalError("Custom node was unloaded")
 
 
 def _dims(shape: Any, name: str) -> Dims:

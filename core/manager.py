@@ -17,7 +17,7 @@ from typing import Any
 
 from core import errors
 from core.config import ModelConfig, ServerConfig, Settings
-from core.model import ModelVersion, State, Status
+from core.model import RETIRE_GRACE_S, ModelVersion, State, Status
 from core.pipeline_config import PipelineConfig
 from core.pipelines import Pipeline
 from core.storage import Repository, open_repository
@@ -37,6 +37,8 @@ class ServedModel:
     fingerprints: dict[int, str] = field(default_factory=dict)
     error: str = ""  # why the repository itself could not be read, if it could not
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _present: set[int] = field(default_factory=set)  # version folders seen by the last sync
+    _wanted: set[int] = field(default_factory=set)  # of those, the ones the policy selects
 
     @property
     def name(self) -> str:
@@ -81,7 +83,9 @@ class ServedModel:
         """Bring versions in line with the repository and the version policy.
 
         New and changed versions are loaded beside the serving ones, then published; versions
-        no longer wanted are retired. Returns True when anything changed.
+        no longer wanted are retired, except one a wanted version that is not AVAILABLE (failed,
+        or not loaded yet in lazy mode) would have displaced: it keeps serving. Returns True
+        when anything changed.
         """
         with self._lock:
             try:
@@ -93,24 +97,38 @@ class ServedModel:
             self.error = "" if present else f"No version found in {self.config.base_path}"
             wanted = {v: present[v] for v in self.config.version_policy.select(list(present))}
             added = [v for v, fp in wanted.items() if self._stale(v, fp)]
-            removed = [v for v, version in self.versions.items()
-                       if v not in wanted and version.status.state < State.UNLOADING]
-            fresh = self._keep_serving_on_failure({v: self._prepare(v, load) for v in added})
-            outgoing = [self.versions[v] for v in [*removed, *fresh] if v in self.versions
+            prepared = {v: self._prepare(v, load) for v in added}
+            fresh = self._keep_serving_on_failure({v: new for v, (new, _) in prepared.items()})
+            replaced = [self.versions[v] for v in fresh if v in self.versions
                         and self.versions[v].status.state < State.UNLOADING]
             self.versions = {**self.versions, **fresh}
+            # a version whose files were read is not tried again until they change; one whose
+            # files could not be fetched (storage down) is retried on the next sync
             self.fingerprints = {
                 **{v: fp for v, fp in self.fingerprints.items() if v in wanted},
-                **{v: wanted[v] for v, new in fresh.items() if new.status.error_code == "OK"},
+                **{v: wanted[v] for v, (_, fetched) in prepared.items() if fetched},
             }
-        for version in outgoing:
+            self._present, self._wanted = set(present), set(wanted)
+            displaced = self._displaced()
+        for version in [*replaced, *displaced]:
             _retire_later(version)
-        return bool(fresh or removed)
+        return bool(fresh or displaced)
 
     def _stale(self, number: int, fingerprint: str) -> bool:
         current = self.versions.get(number)
         return (current is None or current.status.state >= State.UNLOADING
                 or self.fingerprints.get(number) != fingerprint)
+
+    def _displaced(self) -> list[ModelVersion]:
+        """Serving versions the policy no longer wants, less those still standing in for a
+        wanted version that is not AVAILABLE. Called with the lock held."""
+        pending = {v for v in self._wanted if v in self.versions
+                   and not self.versions[v].available}
+        standing_in = set(self.config.version_policy.select(
+            [v for v in self._present if v not in pending]))
+        return [version for v, version in self.versions.items()
+                if v not in self._wanted and v not in standing_in
+                and version.status.state < State.UNLOADING]
 
     def _keep_serving_on_failure(self, fresh: dict[int, ModelVersion]) -> dict[int, ModelVersion]:
         """A changed version whose replacement failed keeps serving the old files."""
@@ -125,26 +143,32 @@ class ServedModel:
             kept[number] = new
         return kept
 
-    def _prepare(self, number: int, load: bool) -> ModelVersion:
+    def _prepare(self, number: int, load: bool) -> tuple[ModelVersion, bool]:
+        """A new version object (loaded unless lazy) and whether its files were fetched."""
         kind = _version_class(self.config)
         try:
             folder = self.repository.fetch(number)
         except errors.ServingError as exc:
             failed = kind(self.config, number, Path(), self.cache_dir)
             failed.status = Status(State.LOADING, "UNKNOWN", exc.message)
-            return failed
+            log.error("Model %s version %d: %s", self.name, number, exc.message)
+            return failed, False
         version = kind(self.config, number, folder, self.cache_dir)
         if load:
             version.load()
-        return version
+        return version, True
 
     def ensure_loaded(self) -> None:
-        """Lazy mode: compile versions on first use."""
-        for version in list(self.versions.values()):
-            if version.status.state is State.START:
-                with self._lock:
-                    if version.status.state is State.START:
-                        version.load()
+        """Lazy mode: compile versions on first use; then retire what they displace."""
+        if not any(v.status.state is State.START for v in self.versions.values()):
+            return
+        with self._lock:
+            for version in list(self.versions.values()):
+                if version.status.state is State.START:
+                    version.load()
+            displaced = self._displaced()
+        for version in displaced:
+            _retire_later(version)
 
     def retire(self) -> None:
         for version in self.versions.values():
@@ -183,6 +207,12 @@ def _retire_later(version: ModelVersion) -> None:
                      daemon=True).start()
 
 
+def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
+    """A retried version that failed again exactly as before: nothing changed."""
+    return (old is not None and new.status.error_code != "OK"
+            and old.status == new.status)
+
+
 def _detail(status: Status) -> str:
     return "" if status.error_code == "OK" else f"; error: {status.error_message}"
 
@@ -202,6 +232,7 @@ class ModelManager:
         self._check_lock = threading.Lock()
         self._last_check = time.monotonic()
         self._polling = False
+        self._config_error = ""  # the last config file error, logged once
 
     @classmethod
     def start(cls, settings: Settings) -> ModelManager:
@@ -273,8 +304,8 @@ class ModelManager:
             pipelines[name] = ServedPipeline(pipeline_config, pipeline)
         outgoing = [p for n, p in self.pipelines.items() if pipelines.get(n) is not p]
         self.pipelines = pipelines
-        for served in outgoing:
-            served.pipeline.retire()
+        for served in outgoing:  # after a grace, so requests running on it finish
+            threading.Timer(RETIRE_GRACE_S, served.pipeline.retire).start()
         return bool(outgoing) or len(pipelines) != len(config.pipelines)
 
     def _library(self, name: str, base_path: str) -> Any:
@@ -299,7 +330,16 @@ class ModelManager:
         An invalid config raises ConfigError and changes nothing."""
         self._last_check = time.monotonic()
         if self.settings.config_path:
-            return self.apply(self.settings.server_config())
+            try:
+                config = self.settings.server_config()
+            except errors.ConfigError as exc:
+                if exc.message != self._config_error:  # a broken file is logged once
+                    log.error("Config reload rejected; the current config keeps serving: %s",
+                              exc.message)
+                self._config_error = exc.message
+                raise
+            self._config_error = ""
+            return self.apply(config)
         changed = False
         for served in list(self.models.values()):
             changed |= served.sync(load=not self.settings.lazy_load)
@@ -313,11 +353,7 @@ class ModelManager:
 
         def poll() -> None:
             while not stop.wait(self.settings.reload_interval):
-                try:
-                    self.reload()
-                except errors.ServingError as exc:
-                    log.error("Reload failed; the current config keeps serving: %s",
-                              exc.message)
+                self._reload_quietly()
 
         threading.Thread(target=poll, name="repository-poller", daemon=True).start()
         return stop
@@ -331,11 +367,20 @@ class ModelManager:
         if not self._check_lock.acquire(blocking=False):
             return  # another request is already checking
         try:
-            self.reload()
-        except errors.ServingError as exc:
-            log.error("Reload failed; the current config keeps serving: %s", exc.message)
+            self._reload_quietly()
         finally:
             self._check_lock.release()
+
+    def _reload_quietly(self) -> None:
+        """A background or per-request reload: a failure is logged, never raised."""
+        try:
+            self.reload()
+        except errors.ConfigError:
+            pass  # reload() logged it
+        except errors.ServingError as exc:
+            log.error("Reload failed; the current config keeps serving: %s", exc.message)
+        except Exception:  # a bug must not stop the poller: the next poll tries again
+            log.exception("Reload failed; the current config keeps serving")
 
     def model(self, name: str) -> ServedModel | ServedPipeline:
         served = self.models.get(name) or self.pipelines.get(name)

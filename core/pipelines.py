@@ -13,11 +13,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from core.custom_nodes import CustomNode
-from core.errors import ConfigError, InvalidInputError, NoResultsError
+from core.custom_nodes import BrokenLibrary, CustomNode
+from core.errors import ConfigError, InternalError, InvalidInputError, NoResultsError
 from core.model import State, Status
 from core.pipeline_config import REQUEST, Connection, NodeConfig, PipelineConfig
-from core.shapes import ANY
+from core.shapes import ANY, format_dims
 from core.signature import Inputs, TensorSpec, validate
 
 Value = np.ndarray | list[np.ndarray]  # a list holds the per-item values of a demuxed branch
@@ -58,12 +58,23 @@ class Pipeline:
         self.models = models
         self.status = Status(State.AVAILABLE)
         self.timings: dict[str, float] = {}
-        self._nodes = {n.name: self._node(n, libraries, model_names) for n in config.nodes}
+        _check_sources(config)
         self._order = _topological(config)
+        self._nodes: dict[str, _Node] = {}
+        try:
+            for node in config.nodes:
+                self._nodes[node.name] = self._node(node, libraries, model_names)
+        except ConfigError:
+            self.retire()  # deinitialize the custom nodes already initialized
+            raise
         self._demuxed = _demuxed_nodes(config, self._order)
-        self.inputs = self._input_specs()
-        self.outputs = self._output_specs()
-        self._check_connections()
+        try:
+            self.inputs = self._input_specs()
+            self.outputs = self._output_specs()
+            self._check_connections()
+        except ConfigError:
+            self.retire()
+            raise
 
     @property
     def available(self) -> bool:
@@ -77,6 +88,8 @@ class Pipeline:
             library = libraries.get(node.library or "")
             if library is None:
                 raise ConfigError(f"{where}: unknown custom node library {node.library!r}")
+            if isinstance(library, BrokenLibrary):
+                raise ConfigError(f"{where}: {library.message}")
             custom = CustomNode(node.name, library, node.params)
             specs_in, specs_out = custom.specs("inputs"), custom.specs("outputs")
             if not specs_in or not specs_out:
@@ -89,6 +102,9 @@ class Pipeline:
             servable = self.models.get(node.model_name or "", node.version)
         except Exception as exc:
             raise ConfigError(f"{where}: model {node.model_name} is not available: {exc}") from exc
+        if getattr(getattr(servable, "config", None), "stateful", False):
+            raise ConfigError(f"{where}: stateful model {node.model_name} cannot be used in a "
+                              "pipeline")
         return _Node(node, None, dict(servable.inputs), dict(servable.outputs))
 
     def _check_connections(self) -> None:
@@ -100,9 +116,12 @@ class Pipeline:
             for item, source in node.config.inputs.items():
                 if item not in node.inputs:
                     raise ConfigError(f"{where}: has no input named {item}")
+                if source.node == REQUEST and source.item not in self.config.inputs:
+                    raise ConfigError(f"{where}: request has no input {source.item!r}")
                 produced = self.inputs.get(source.item) if source.node == REQUEST else \
                     self._produced(source, node.config.name, bool(node.config.gather_from_node))
                 _check_compatible(produced, node.inputs[item], where, item)
+
     def _produced(self, source: Connection, consumer: str, gathers: bool) -> TensorSpec | None:
         """The spec a connection delivers, as the consumer sees it (demux drops/gather adds
         the leading dim); None for pipeline inputs, which are checked against each consumer."""
@@ -186,7 +205,7 @@ class Pipeline:
         aliases = node.config.outputs
         missing = sorted(set(aliases) - set(raw))
         if missing:
-            raise InvalidInputError(f"Node {node.config.name} did not produce {missing[0]}")
+            raise InternalError(f"Node {node.config.name} did not produce {missing[0]}")
         return {alias: raw[item] for item, alias in aliases.items()}
 
     def retire(self) -> None:
@@ -212,6 +231,26 @@ def _stacked(value: Value) -> np.ndarray:
     return np.stack(value) if isinstance(value, list) else value
 
 
+def _check_sources(config: PipelineConfig) -> None:
+    """Every connection names the request or a node of this pipeline; names are unique."""
+    names = [n.name for n in config.nodes]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"pipeline {config.name}: node name {name} is duplicated")
+    for node in config.nodes:
+        for item, source in node.inputs.items():
+            if source.node != REQUEST and source.node not in names:
+                raise ConfigError(f"pipeline {config.name} node {node.name}: input {item} "
+                                  f"comes from unknown node {source.node!r}")
+        if node.gather_from_node and node.gather_from_node not in names:
+            raise ConfigError(f"pipeline {config.name} node {node.name}: gather_from_node "
+                              f"names unknown node {node.gather_from_node!r}")
+    for alias, source in config.outputs.items():
+        if source.node != REQUEST and source.node not in names:
+            raise ConfigError(f"pipeline {config.name}: output {alias} comes from unknown "
+                              f"node {source.node!r}")
+
+
 def _topological(config: PipelineConfig) -> list[str]:
     deps = {n.name: {s.node for s in n.inputs.values() if s.node != REQUEST} for n in config.nodes}
     order: list[str] = []
@@ -226,8 +265,7 @@ def _topological(config: PipelineConfig) -> list[str]:
                     ready.append(other)
     if len(order) != len(deps):
         stuck = sorted(set(deps) - set(order))
-        raise ConfigError(f"pipeline {config.name}: nodes {', '.join(stuck)} form a cycle or "
-                          "depend on an unknown node")
+        raise ConfigError(f"pipeline {config.name}: nodes {', '.join(stuck)} form a cycle")
     return order
 
 
@@ -258,8 +296,8 @@ def _check_compatible(produced: TensorSpec | None, expected: TensorSpec, where: 
         len(produced.dims) != len(expected.dims)
         or not all(_overlap(a, b) for a, b in zip(produced.dims, expected.dims, strict=True))
     ):
-        raise ConfigError(f"{where}: input {item} expects shape {list(expected.dims)} but its "
-                          f"source produces {list(produced.dims)}")
+        raise ConfigError(f"{where}: input {item} expects shape {format_dims(expected.dims)} "
+                          f"but its source produces {format_dims(produced.dims)}")
 
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:

@@ -123,9 +123,10 @@ class StatefulModelVersion(ModelVersion):
         return number
 
     def _sweep(self) -> None:
-        """Drop sequences idle longer than idle_seconds (checked at most every few seconds)."""
+        """Drop sequences idle longer than idle_seconds (checked at most once a second)."""
         now = time.monotonic()
-        if not self.config.idle_sequence_cleanup or now - self._swept < 1.0:
+        if not self.config.idle_sequence_cleanup or now - self._swept < min(1.0,
+                                                                            self.idle_seconds):
             return
         self._swept = now
         with self._lock:

@@ -30,6 +30,7 @@ from protos.gen.tensorflow_serving.apis import (
 from protos.pool import POOL
 
 API = "TensorFlowServing"
+SEQUENCE_ID = "sequence_id"  # core.stateful.SEQUENCE_ID (not imported: keeps openvino lazy)
 
 # Which typed field carries the values of each DataType (as TensorFlow's tensor_util fills them).
 _TYPED_FIELD = {
@@ -157,8 +158,21 @@ def predict(manager: ModelManager, request: predict_pb2.PredictRequest
         response.model_spec.name = servable.name
         response.model_spec.version.value = servable.version
         for out_name in wanted or outputs:
-            fill_proto(outputs[out_name], response.outputs[out_name])
+            value = outputs[out_name]
+            if out_name == SEQUENCE_ID and value.dtype == np.uint64:
+                _fill_sequence_id(value, response.outputs[out_name])
+            else:
+                fill_proto(value, response.outputs[out_name])
         return response
+
+
+def _fill_sequence_id(value: np.ndarray, proto: tensor_pb2.TensorProto) -> None:
+    """A stateful model's echoed id goes in uint64_val, where OVMS's clients read it
+    (`response.outputs["sequence_id"].uint64_val[0]`)."""
+    proto.dtype = types_pb2.DT_UINT64
+    for size in value.shape:
+        proto.tensor_shape.dim.add(size=size)
+    proto.uint64_val.extend(int(v) for v in value.flat)
 
 
 def metadata(manager: ModelManager, request: get_model_metadata_pb2.GetModelMetadataRequest
