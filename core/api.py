@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -87,9 +88,20 @@ class App:
 
     def handle(self, request: Request) -> Response:
         """Answer one request; every failure becomes the OVMS error shape, never an exception."""
-        logs.request_id.set(request.request_id)
-        self.manager.reload_if_due()
+        logs.request_id.set(request.request_id or request.header("x-request-id")[:128])
+        started = time.perf_counter()
+        response = self._answer(request)
+        if log.isEnabledFor(logging.DEBUG):  # never the body: sizes and status only
+            log.debug("request", extra={
+                "method": request.method[:16], "path": request.path[:200],
+                "status": response.status, "request_bytes": len(request.body),
+                "response_bytes": len(response.body),
+                "duration_ms": round((time.perf_counter() - started) * 1e3, 3)})
+        return response
+
+    def _answer(self, request: Request) -> Response:
         try:
+            self.manager.reload_if_due()
             if len(request.body) > self.settings.max_request_bytes:
                 raise errors.PayloadTooLargeError(
                     f"Request body of {len(request.body)} bytes exceeds the limit of "
@@ -100,8 +112,9 @@ class App:
         except errors.ServingError as exc:
             return error_response(exc)
         except Exception as exc:  # a bug must not take the server down; report it as 500
-            log.exception("Unhandled error for %s %s", request.method, request.path[:200])
-            return error_response(errors.InternalError(f"Internal server error: {exc!r}"))
+            log.exception("Unhandled error for %s %s", request.method[:16], request.path[:200])
+            return error_response(errors.InternalError(
+                f"Internal server error: {type(exc).__name__}"))
 
     def _strip(self, path: str) -> str:
         prefix = self.settings.base_path
@@ -173,7 +186,7 @@ class App:
     def _metrics(self, req: Request, m: re.Match[str]) -> Response:
         from core import metrics
 
-        body, content_type = metrics.exposition()
+        body, content_type = metrics.exposition(self.manager)
         return Response(200, body, {"content-type": content_type})
 
 

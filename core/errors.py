@@ -29,12 +29,21 @@ from typing import ClassVar
 
 import orjson
 
+MAX_MESSAGE_CHARS = 1024  # grpc-message travels percent-encoded in a 16 KiB header
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """A client-supplied name as it may appear in a message: bounded, so that a 100 KB
+    model name cannot blow up an error (or the gRPC trailer that carries it)."""
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
+
 
 class ServingError(Exception):
     http_status: ClassVar[int] = 500
     grpc_code: ClassVar[str] = "INTERNAL"
 
     def __init__(self, message: str) -> None:
+        message = shorten(message, MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.message = message
 
@@ -70,14 +79,15 @@ class NotFoundError(ServingError):
 
 class ModelNotFoundError(NotFoundError):
     def __init__(self, name: str) -> None:
-        super().__init__(f"Model with requested name is not found - name: {name}")
+        super().__init__(f"Model with requested name is not found - name: {shorten(name)}")
         self.name = name
 
 
 class VersionNotFoundError(NotFoundError):
     def __init__(self, name: str, version: int) -> None:
         super().__init__(
-            f"Model with requested version is not found - name: {name}; version: {version}"
+            f"Model with requested version is not found - name: {shorten(name)}; "
+            f"version: {version}"
         )
 
 

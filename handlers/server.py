@@ -51,6 +51,7 @@ class RestServer(BaseApplication):
             "keepalive": 75,
             "accesslog": None,
             "loglevel": self.settings.log_level.lower(),
+            "logger_class": "core.logs.GunicornLogger",  # JSON lines, like every other log
             "post_worker_init": self._start_grpc,
             "worker_exit": self._stop_grpc,
             "when_ready": self._announce,

@@ -133,7 +133,7 @@ def test_grpc_calls_counted_in_metrics(channel: grpc.Channel, server: Server) ->
     stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
     stub.Predict(_scaler_request(version=1), timeout=5)
     text = requests.get(f"http://127.0.0.1:{server.rest_port}/metrics", timeout=5).text
-    assert ('ovms_requests_success_total{api="TensorFlowServing",interface="gRPC",'
+    assert ('ovms_requests_success{api="TensorFlowServing",interface="gRPC",'
             'method="Predict",name="scaler",version="1"}') in text
 
 

@@ -1,0 +1,179 @@
+"""Faults while serving, each bounded in time: model files deleted or corrupted, the config
+broken, SIGTERM under load, stalled clients and deadlines, and a bug in a route handler."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import requests
+
+from core.api import App, Response, make_request
+from core.config import Settings
+from core.manager import ModelManager
+from protos.gen.kserve import grpc_predict_v2_pb2 as kfs
+from protos.gen.kserve import grpc_predict_v2_pb2_grpc
+from tests.core.helpers import RunningServer
+from tests.reliability.helpers import SCALER_X, build_repository, free_port, wait_for
+
+
+def _predict_ok(server: RunningServer) -> None:
+    response = server.post("/v1/models/scaler:predict", {"instances": SCALER_X})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"predictions": [[3.0, 6.0, 9.0, 12.0]]}
+
+
+def _slow_body(batch: int = 8) -> str:
+    return json.dumps({"inputs": [{"name": "x", "shape": [batch, 256, 256], "datatype": "FP32",
+                                   "data": [0.5] * (batch * 256 * 256)}]})
+
+
+@pytest.fixture
+def private(tmp_path: Path) -> Iterator[tuple[Path, RunningServer]]:
+    """A fresh repository the test may damage, served without polling (reload on request)."""
+    root = build_repository(tmp_path / "repo")
+    server = RunningServer(root / "config.json", tmp_path,
+                           ("--file_system_poll_wait_seconds", "0", "--log_level", "INFO"))
+    yield root, server
+    server.stop()
+
+
+@pytest.mark.parametrize("damage", ["delete-bin", "delete-xml", "corrupt-xml", "truncate-bin"])
+def test_model_file_damaged_while_serving(private: tuple[Path, RunningServer],
+                                          damage: str) -> None:
+    root, server = private
+    folder = root / "scaler" / "1"
+    _predict_ok(server)
+    if damage == "delete-bin":
+        (folder / "model.bin").unlink()
+    elif damage == "delete-xml":
+        (folder / "model.xml").unlink()
+    elif damage == "corrupt-xml":
+        (folder / "model.xml").write_text("<net><garbage")
+    else:
+        (folder / "model.bin").write_bytes((folder / "model.bin").read_bytes()[:3])
+    reload = server.post("/v1/config/reload")
+    assert reload.status_code in (200, 201), reload.text
+    _predict_ok(server)  # the loaded version keeps serving
+    status = server.get("/v1/models/scaler").json()["model_version_status"]
+    assert [v["state"] for v in status] == ["AVAILABLE"]
+    if damage != "delete-xml":  # a missing file is a removed version for OVMS, kept here
+        assert wait_for(lambda: "failed to load" in server.log(), 5), server.log()
+        assert any(json.loads(line).get("level") == "ERROR" for line in server.log().splitlines()
+                   if "failed to load" in line)
+
+
+def test_config_broken_while_serving(private: tuple[Path, RunningServer]) -> None:
+    root, server = private
+    config = root / "config.json"
+    good = config.read_text()
+    for broken in ("{broken", json.dumps({"model_config_list": [{"config": {"name": 5}}]}),
+                   ""):
+        config.write_text(broken)
+        reload = server.post("/v1/config/reload")
+        assert reload.status_code >= 400, reload.text
+        assert set(reload.json()) == {"error"}
+        _predict_ok(server)
+        assert server.get("/v1/config").status_code == 200
+    config.write_text(good)
+    assert server.post("/v1/config/reload").status_code in (200, 201)
+    _predict_ok(server)
+
+
+def test_sigterm_finishes_in_flight_requests(tmp_path: Path) -> None:
+    root = build_repository(tmp_path / "repo")
+    server = RunningServer(root / "config.json", tmp_path, ("--log_level", "WARNING"))
+    body = _slow_body()
+    started = time.monotonic()
+    requests.post(server.url + "/v2/models/slow/infer", data=body, timeout=60)
+    single = time.monotonic() - started
+    results: list[int | str] = []
+
+    def call() -> None:
+        try:
+            results.append(requests.post(server.url + "/v2/models/slow/infer", data=body,
+                                         timeout=60).status_code)
+        except requests.RequestException as exc:
+            results.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    time.sleep(min(single / 2, 0.3))  # all four are in flight
+    sent = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(timeout=30)
+    code = server.process.wait(timeout=30)
+    exited = time.monotonic() - sent
+    server.stop()
+    assert results == [200] * 4, (results, server.log())
+    assert code == 0, server.log()
+    assert exited < 2 + 4 * single + 5  # within --shutdown_grace_seconds 2 plus the work
+
+
+def test_stalled_client_does_not_block_others(private: tuple[Path, RunningServer]) -> None:
+    _, server = private
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as stalled:
+        stalled.sendall(b"POST /v1/models/scaler:predict HTTP/1.1\r\nHost: x\r\n"
+                        b"Content-Length: 100\r\n\r\n{\"inst")
+        started = time.monotonic()
+        for _ in range(10):
+            _predict_ok(server)
+        assert time.monotonic() - started < 5
+    _predict_ok(server)
+
+
+def test_grpc_deadline_is_honoured(tmp_path: Path) -> None:
+    root = build_repository(tmp_path / "repo")
+    port = free_port()
+    server = RunningServer(root / "config.json", tmp_path,
+                           ("--port", str(port), "--grpc_bind_address", "127.0.0.1"))
+    try:
+        request = kfs.ModelInferRequest(model_name="slow")
+        request.inputs.add(name="x", datatype="FP32", shape=[64, 256, 256])
+        request.raw_input_contents.append(np.full((64, 256, 256), 0.5, np.float32).tobytes())
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.ModelInfer(request, timeout=0.05)
+            assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert time.monotonic() - started < 2
+            small = kfs.ModelInferRequest(model_name="scaler")
+            small.inputs.add(name="x", datatype="FP32", shape=[1, 4])
+            small.raw_input_contents.append(np.ones(4, np.float32).tobytes())
+            reply = stub.ModelInfer(small, timeout=10)
+            assert np.allclose(np.frombuffer(reply.raw_output_contents[0], np.float32), 3.0)
+        _predict_ok(server)
+    finally:
+        server.stop()
+
+
+def test_bug_in_a_route_is_a_json_500_in_process(tmp_path: Path) -> None:
+    root = build_repository(tmp_path / "repo")
+    shutil.rmtree(root / "slow")
+    settings = Settings(config_path=str(root / "config.json"), cache_dir=str(tmp_path / "c"))
+    app = App(ModelManager.start(settings), settings)
+
+    def broken(request: object, match: object) -> Response:
+        raise KeyError("secret-payload-fragment")
+
+    app._routes.insert(0, (re.compile(r"/boom"), {"GET": broken}))
+    for _ in range(3):
+        response = app.handle(make_request("GET", "/boom"))
+        assert response.status == 500
+        assert json.loads(response.body) == {"error": "Internal server error: KeyError"}
+        good = app.handle(make_request("POST", "/v1/models/scaler:predict",
+                                       json.dumps({"instances": SCALER_X}).encode()))
+        assert good.status == 200, good.body
