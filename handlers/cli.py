@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc_workers", type=int, default=0, help="gRPC threads (0 = auto)")
     serve.add_argument("--rest_workers", type=int, default=0, help="REST threads (0 = auto)")
     serve.add_argument("--grpc_max_message_bytes", type=int, default=1 << 30)
+    serve.add_argument("--metrics_port", type=int, default=0,
+                       help="Prometheus /metrics port for gRPC-only mode (--rest_port 0)")
     serve.add_argument("--shutdown_grace_seconds", type=float, default=30.0)
     invoke = sub.add_parser("invoke", help="run one request through the router in-process")
     _model_flags(invoke)

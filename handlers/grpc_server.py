@@ -24,6 +24,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from core import logs, metrics
 from core.codecs import kserve_grpc, tfs_grpc
 from core.config import Settings
 from core.errors import ServingError
@@ -57,13 +58,16 @@ def _rpc(method: Method[Req, Resp]) -> Method[Req, Resp]:
 
     @functools.wraps(method)
     def wrapper(self: Any, request: Req, context: grpc.ServicerContext) -> Resp:
+        metadata = dict(context.invocation_metadata() or ())
+        logs.request_id.set(str(metadata.get("x-request-id", ""))[:200])
         try:
             return method(self, request, context)
         except ServingError as exc:
             code, message = grpc.StatusCode[exc.grpc_code], exc.message
         except Exception as exc:  # a bug must not take the server down
             log.exception("Unhandled error in gRPC %s", method.__name__)
-            code, message = grpc.StatusCode.INTERNAL, f"Internal server error: {exc!r}"
+            code, message = grpc.StatusCode.INTERNAL, \
+                f"Internal server error: {type(exc).__name__}"
         context.abort(code, message)
         raise AssertionError("context.abort returned")  # pragma: no cover
 
@@ -228,6 +232,8 @@ def serve_forever(settings: Settings, args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     server.start()
+    if args.metrics_port:
+        _serve_metrics(manager, args.grpc_bind_address, args.metrics_port)
     print(f"ov-serverless gRPC listening on {args.grpc_bind_address}:{args.port}",
           file=sys.stderr, flush=True)
     while not stop.wait(1.0):
@@ -238,3 +244,23 @@ def serve_forever(settings: Settings, args: argparse.Namespace) -> int:
     server.stop(args.shutdown_grace_seconds).wait()
     executor.shutdown(wait=False, cancel_futures=True)
     return 0
+
+
+def _serve_metrics(manager: ModelManager, host: str, port: int) -> None:
+    """gRPC-only mode has no REST port: Prometheus metrics get a small port of their own."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"only /metrics is served here\n"]
+        body, content_type = metrics.exposition(manager)
+        start_response("200 OK", [("Content-Type", content_type)])
+        return [body]
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = make_server(host, port, app, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

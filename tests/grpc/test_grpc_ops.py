@@ -211,3 +211,23 @@ def test_port_in_use_is_an_error(small_server: Server, repo: Path, tmp_path: Pat
         capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "could not bind" in proc.stderr
+
+
+def test_grpc_only_mode_serves_metrics_on_its_own_port(repo: Path, tmp_path: Path) -> None:
+    """--rest_port 0 has no REST /metrics: --metrics_port serves Prometheus text instead."""
+    from tests.grpc.helpers import free_port
+
+    metrics_port = free_port()
+    running = Server.start(repo / "config.json", tmp_path, "--metrics_port", str(metrics_port),
+                           rest=False)
+    try:
+        with grpc.insecure_channel(running.target) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            stub.Predict(_scaler_request(version=1), timeout=5)
+        base = f"http://127.0.0.1:{metrics_port}"
+        text = requests.get(base + "/metrics", timeout=5).text
+        assert ('ovms_requests_success{api="TensorFlowServing",interface="gRPC",'
+                'method="Predict",name="scaler",version="1"}') in text
+        assert requests.get(base + "/v1/config", timeout=5).status_code == 404
+    finally:
+        running.stop()
