@@ -69,9 +69,9 @@ def _decode_one(
                     f"limit of {max_pixels} pixels; input name: {name}")
             converted = _resize(image.convert("L" if channels == 1 else "RGB"), height, width)
             array = np.asarray(converted)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ImageDecodeError(f"Image parsing failed - too large: {exc}; input name: {name}"
-                               ) from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ImageDecodeError(f"Image parsing failed - the image exceeds the limit of "
+                               f"{max_pixels} pixels; input name: {name}") from None
     except UnidentifiedImageError:
         raise ImageDecodeError(f"Image parsing failed - not a jpeg or png image; "
                                f"input name: {name}") from None
