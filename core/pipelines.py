@@ -13,11 +13,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from core import tensors
 from core.custom_nodes import BrokenLibrary, CustomNode
 from core.errors import ConfigError, InternalError, InvalidInputError, NoResultsError
 from core.model import State, Status
 from core.pipeline_config import REQUEST, Connection, NodeConfig, PipelineConfig
-from core.shapes import ANY, format_dims
+from core.shapes import ANY, fits, format_actual, format_dims
 from core.signature import Inputs, TensorSpec, validate
 
 Value = np.ndarray | list[np.ndarray]  # a list holds the per-item values of a demuxed branch
@@ -194,12 +195,14 @@ class Pipeline:
                     .values()}
         outputs = self._execute(node, {k: v for k, v in feed.items() if not isinstance(v, list)})
         if node.config.demultiply_count is not None:
+            _same_item_count(outputs, node.config)
             return {alias: _split(value, node.config) for alias, value in outputs.items()}
         return dict(outputs)
 
     def _execute(self, node: _Node, feed: dict[str, Any]) -> dict[str, np.ndarray]:
         if node.custom is not None:
             raw = node.custom.execute(feed)
+            _check_custom_outputs(node, raw)
         else:
             raw = self.models.get(node.config.model_name or "", node.config.version).infer(feed)
         aliases = node.config.outputs
@@ -213,6 +216,32 @@ class Pipeline:
         for node in self._nodes.values():
             if node.custom is not None:
                 node.custom.close()
+
+
+def _check_custom_outputs(node: _Node, raw: Mapping[str, np.ndarray]) -> None:
+    """A custom node's outputs must match its outputs_info: a mismatch is the node's bug (500
+    naming it), not the client's (a 400 about the next node's input)."""
+    for item in node.config.outputs:
+        spec, value = node.outputs.get(item), raw.get(item)
+        if spec is None or value is None:
+            continue  # undeclared: caught at load; missing: reported by _execute
+        dtype = tensors.BY_NUMPY.get(value.dtype)
+        rank_free = spec.dims == (ANY,)
+        if dtype is not spec.dtype or not rank_free and (
+                value.ndim != len(spec.dims)
+                or not all(fits(d, n) for d, n in zip(spec.dims, value.shape, strict=True))):
+            raise InternalError(
+                f"Custom node {node.config.name} output {item} does not match its "
+                f"outputs_info - Expected: {spec.dtype.kserve} {format_dims(spec.dims)}; "
+                f"Actual: {dtype.kserve if dtype else value.dtype} {format_actual(value.shape)}")
+
+
+def _same_item_count(outputs: Mapping[str, np.ndarray], node: NodeConfig) -> None:
+    counts = {alias: (len(v) if v.ndim else 0) for alias, v in outputs.items()}
+    if len(set(counts.values())) > 1:
+        detail = ", ".join(f"{alias}: {n}" for alias, n in counts.items())
+        raise InternalError(f"Node {node.name} demultiplexer outputs differ in their first "
+                            f"dimension ({detail})")
 
 
 def _split(value: np.ndarray, node: NodeConfig) -> list[np.ndarray]:

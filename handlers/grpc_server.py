@@ -58,7 +58,7 @@ def _rpc(method: Method[Req, Resp]) -> Method[Req, Resp]:
 
     @functools.wraps(method)
     def wrapper(self: Any, request: Req, context: grpc.ServicerContext) -> Resp:
-        metadata = dict(context.invocation_metadata() or ())
+        metadata = dict(getattr(context, "invocation_metadata", tuple)() or ())
         logs.request_id.set(str(metadata.get("x-request-id", ""))[:200])
         try:
             return method(self, request, context)

@@ -33,7 +33,7 @@ from tests.pipelines.helpers import (
 
 MODELS = [{"name": n, "base_path": n} for n in ("scaler", "two_inputs")]
 LIBRARIES = {n: library(n) for n in ("offset", "wrong_types", "no_execute", "no_info",
-                                     "split")}
+                                     "split", "liar", "uneven")}
 LIBRARIES["missing"] = "/nonexistent/missing_node.py"
 
 
@@ -130,7 +130,17 @@ def _journal(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_deinitialize_runs_on_reload_and_unload(repo: Repo, tmp_path: Path) -> None:
+def _journal_until(path: Path, expected: list[str], seconds: float = 5.0) -> list[str]:
+    """The journal once it reads `expected` (replaced pipelines retire after a grace)."""
+    deadline = time.monotonic() + seconds
+    while _journal(path) != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _journal(path)
+
+
+def test_deinitialize_runs_on_reload_and_unload(repo: Repo, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("core.manager.RETIRE_GRACE_S", 0.05)
     journal = tmp_path / "journal.txt"
     config = write_config(tmp_path / "config.json", _models(repo),
                           [chain(offset="0.5", journal=str(journal))], LIBRARIES)
@@ -141,12 +151,13 @@ def test_deinitialize_runs_on_reload_and_unload(repo: Repo, tmp_path: Path) -> N
                                 {"inputs": {"x": x}})))["sum"].tolist() == [[4.5] * 4]
     write_config(config, _models(repo), [chain(offset="2", journal=str(journal))], LIBRARIES)
     assert call(app, "POST", "/v1/config/reload").status == 201
-    assert _journal(journal) == ["init 0.5", "init 2", "deinit 0.5"]
+    assert _journal_until(journal, ["init 0.5", "init 2", "deinit 0.5"]) == [
+        "init 0.5", "init 2", "deinit 0.5"]
     assert tfs_columns(doc(call(app, "POST", "/v1/models/chain:predict",
                                 {"inputs": {"x": x}})))["sum"].tolist() == [[6.0] * 4]
     write_config(config, _models(repo), [], LIBRARIES)
     call(app, "POST", "/v1/config/reload")
-    assert _journal(journal)[-1] == "deinit 2"
+    assert _journal_until(journal, [*_journal(journal)[:3], "deinit 2"])[-1] == "deinit 2"
     assert call(app, "POST", "/v1/models/chain:predict", {"inputs": {"x": x}}).status == 404
 
 
@@ -170,3 +181,36 @@ def test_a_pipeline_follows_its_model_to_a_new_version(repo: Repo, tmp_path: Pat
     assert answer["sum"].tolist() == [[10.5] * 4]
     assert json.loads(call(app, "GET", "/v1/models/chain").body)[
         "model_version_status"][0]["state"] == "AVAILABLE"
+
+
+def test_a_custom_node_breaking_its_outputs_info_is_a_500_naming_it(repo: Repo,
+                                                                     tmp_path: Path) -> None:
+    modes = ("float64", "shape", "list", "missing")
+    liars = []
+    for mode in modes:
+        liar = chain(f"liar_{mode}", lib="liar")
+        liar["nodes"][1]["params"] = {"mode": mode}
+        liars.append(liar)
+    uneven = pipeline("uneven", ["x"], [
+        custom_node("u", "uneven", {"x": src("request", "x")}, ["p", "q"], demultiply_count=0),
+        _scale("after", src("u", "p"))], {"y": src("after", "y"), "q": src("u", "q")})
+    config = write_config(tmp_path / "config.json", _models(repo), [*liars, uneven], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    assert app.manager.pipeline_errors == {}
+    body = {"inputs": {"x": [[1.0, 2.0, 3.0, 4.0]]}}
+    expected = {
+        "float64": "Custom node shift output a does not match its outputs_info - Expected: "
+                   "FP32 (-1,4); Actual: FP64 (1,4)",
+        "shape": "Custom node shift output a does not match its outputs_info - Expected: "
+                 "FP32 (-1,4); Actual: FP32 (1,7)",
+        "list": "Actual: FP64 (1,4)",
+        "missing": "Node shift did not produce b",
+    }
+    for mode in modes:
+        reply = call(app, "POST", f"/v1/models/liar_{mode}:predict", body)
+        assert reply.status == 500, mode
+        assert expected[mode] in error(reply), mode
+    reply = call(app, "POST", "/v1/models/uneven:predict", body)
+    assert reply.status == 500
+    assert error(reply) == ("Node u demultiplexer outputs differ in their first dimension "
+                            "(p: 2, q: 3)")

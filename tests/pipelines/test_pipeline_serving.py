@@ -14,6 +14,8 @@ from protos.gen.kserve import grpc_predict_v2_pb2 as kpb
 from protos.gen.kserve import grpc_predict_v2_pb2_grpc as kgrpc
 from protos.gen.tensorflow_serving.apis import (
     get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
 )
@@ -29,6 +31,7 @@ from tests.pipelines.helpers import (
     run,
     tfs_columns,
 )
+from tests.reliability.helpers import metric_value
 
 X = np.random.default_rng(3).normal(0, 1, (2, 4)).astype(np.float32)
 
@@ -173,9 +176,19 @@ def test_metadata_tfs_and_kserve(app: App) -> None:
         reply = prediction_service_pb2_grpc.PredictionServiceStub(channel).GetModelMetadata(
             request)
         assert reply.model_spec.version.value == 1
-        ready = kgrpc.GRPCInferenceServiceStub(channel).ModelReady(
-            kpb.ModelReadyRequest(name="detect_classify"))
+        inputs = reply.metadata["signature_def"]
+        assert b"probabilities" in inputs.value and b"boxes" in inputs.value
+        kserve_stub = kgrpc.GRPCInferenceServiceStub(channel)
+        ready = kserve_stub.ModelReady(kpb.ModelReadyRequest(name="detect_classify"))
         assert ready.ready
+        meta = kserve_stub.ModelMetadata(kpb.ModelMetadataRequest(name="detect_classify"))
+        assert list(meta.versions) == ["1"]
+        assert [(t.name, t.datatype, list(t.shape)) for t in meta.outputs] == [
+            ("probabilities", "FP32", [-1, 1, 1000]), ("boxes", "INT32", [-1, 4])]
+        status_request = get_model_status_pb2.GetModelStatusRequest()
+        status_request.model_spec.name = "detect_classify"
+        status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(status_request)
+        assert [(s.version, s.state) for s in status.model_version_status] == [(1, 30)]
 
 
 def test_status_is_version_1_available(app: App) -> None:
@@ -212,3 +225,38 @@ def test_wrong_inputs_are_400_as_for_a_model(app: App) -> None:
                  {"inputs": {"x": np.zeros((2, 5)).tolist()}})
     assert reply.status == 400
     assert "input name: x" in error(reply)
+
+
+def test_metrics_count_pipeline_requests_under_the_pipeline_name(app: App) -> None:
+    def scrape() -> str:
+        reply = call(app, "GET", "/metrics")
+        assert reply.status == 200
+        return reply.body.decode()
+
+    def count(text: str, metric: str, **labels: str) -> float:
+        return metric_value(text, metric, name="fanout", version="1", **labels)
+
+    before = scrape()
+    body = {"inputs": {"x": X[:1].tolist()}}
+    for _ in range(2):
+        doc(call(app, "POST", "/v1/models/fanout:predict", body))
+    doc(call(app, "POST", "/v2/models/fanout/infer", kserve_body(x=X[:1])))
+    assert call(app, "POST", "/v1/models/fanout:predict",
+                {"inputs": {"x": [[1, 2]]}}).status == 400
+    with grpc_channel(app.manager) as channel:
+        grpc_predict(channel, "fanout", x=X[:1])
+    after = scrape()
+    for labels, added in [
+        ({"api": "TensorFlowServing", "interface": "REST", "method": "Predict"}, 2),
+        ({"api": "KServe", "interface": "REST", "method": "ModelInfer"}, 1),
+        ({"api": "TensorFlowServing", "interface": "gRPC", "method": "Predict"}, 1),
+    ]:
+        assert count(after, "ovms_requests_success", **labels) - \
+            count(before, "ovms_requests_success", **labels) == added, labels
+    fail = {"api": "TensorFlowServing", "interface": "REST", "method": "Predict"}
+    assert count(after, "ovms_requests_fail", **fail) - \
+        count(before, "ovms_requests_fail", **fail) == 1
+    assert count(after, "ovms_inference_time_us_count") - \
+        count(before, "ovms_inference_time_us_count") == 4
+    assert count(after, "ovms_request_time_us_count", api="KServe", interface="REST") - \
+        count(before, "ovms_request_time_us_count", api="KServe", interface="REST") == 1
