@@ -99,9 +99,11 @@ class ServedModel:
             added = [v for v, fp in wanted.items() if self._stale(v, fp)]
             prepared = {v: self._prepare(v, load) for v in added}
             fresh = self._keep_serving_on_failure({v: new for v, (new, _) in prepared.items()})
-            replaced = [self.versions[v] for v in fresh if v in self.versions
-                        and self.versions[v].status.state < State.UNLOADING]
-            self.versions = {**self.versions, **fresh}
+            before = self.versions
+            replaced = [before[v] for v in fresh if v in before  # (a failed one holds nothing)
+                        and before[v].status.state < State.UNLOADING
+                        and before[v].status.error_code == "OK"]
+            self.versions = {**before, **fresh}
             # a version whose files were read is not tried again until they change; one whose
             # files could not be fetched (storage down) is retried on the next sync
             self.fingerprints = {
@@ -112,7 +114,8 @@ class ServedModel:
             displaced = self._displaced()
         for version in [*replaced, *displaced]:
             _retire_later(version)
-        return bool(fresh or displaced)
+        return bool(displaced) or any(not _same_failure(before.get(v), new)
+                                      for v, new in fresh.items())
 
     def _stale(self, number: int, fingerprint: str) -> bool:
         current = self.versions.get(number)
@@ -203,8 +206,10 @@ def _version_class(config: ModelConfig) -> type[ModelVersion]:
 
 
 def _retire_later(version: ModelVersion) -> None:
-    threading.Thread(target=version.retire, name=f"retire-{version.name}-{version.version}",
-                     daemon=True).start()
+    """UNLOADING now (no new request resolves it); END in the background once drained."""
+    if version.unpublish():
+        threading.Thread(target=version.drain, name=f"retire-{version.name}-{version.version}",
+                         daemon=True).start()
 
 
 def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
@@ -219,6 +224,9 @@ def _detail(status: Status) -> str:
 
 class ModelManager:
     def __init__(self, settings: Settings) -> None:
+        from core import compiled_cache
+
+        compiled_cache.configure(settings.concurrent, settings.compiled_cache)
         self.settings = settings
         self.models: dict[str, ServedModel] = {}
         self.pipelines: dict[str, ServedPipeline] = {}
@@ -289,8 +297,9 @@ class ModelManager:
         for pipeline_config in config.pipelines:
             name = pipeline_config.name
             old = self.pipelines.get(name)
-            models = {n.model_name for n in pipeline_config.nodes}
-            if old is not None and old.config == pipeline_config and not models & reopened:
+            models = {n.model_name for n in pipeline_config.nodes if n.model_name}
+            intact = models <= set(self.models) and not models & reopened
+            if old is not None and old.config == pipeline_config and intact:
                 pipelines[name] = old
                 continue
             try:
@@ -298,14 +307,16 @@ class ModelManager:
             except errors.ServingError as exc:
                 log.error("Pipeline %s is invalid: %s", name, exc.message)
                 self.pipeline_errors[name] = exc.message
-                if old is not None:
+                if old is not None and models <= set(self.models):
                     pipelines[name] = old  # the previous definition keeps serving
                 continue
             pipelines[name] = ServedPipeline(pipeline_config, pipeline)
         outgoing = [p for n, p in self.pipelines.items() if pipelines.get(n) is not p]
         self.pipelines = pipelines
         for served in outgoing:  # after a grace, so requests running on it finish
-            threading.Timer(RETIRE_GRACE_S, served.pipeline.retire).start()
+            timer = threading.Timer(RETIRE_GRACE_S, served.pipeline.retire)
+            timer.daemon = True
+            timer.start()
         return bool(outgoing) or len(pipelines) != len(config.pipelines)
 
     def _library(self, name: str, base_path: str) -> Any:

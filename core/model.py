@@ -81,6 +81,7 @@ class ModelVersion:
         self.folder = folder
         self.cache_dir = cache_dir
         self.status = Status(State.START)
+        self.model_file: Path | None = None  # what _build found in the folder
         self.inputs: dict[str, TensorSpec] = {}
         self.outputs: dict[str, TensorSpec] = {}
         self.timings: dict[str, float] = {}
@@ -100,28 +101,46 @@ class ModelVersion:
         except ServingError as exc:
             self._fail("UNKNOWN", exc.message)
         except (RuntimeError, OSError, ValueError, TypeError) as exc:
-            self._fail("UNKNOWN", f"{type(exc).__name__}: {exc}")
+            self._fail("UNKNOWN", f"Cannot load model {self._files()}: {_cause(exc)}")
         else:
             self._set(Status(State.AVAILABLE))
 
-    def retire(self, grace: float = RETIRE_GRACE_S) -> None:
-        """UNLOADING until in-flight requests finish, then END; resources are released.
+    def _files(self) -> str:
+        """The files a load read, for its error message: `<folder>/model.xml (+ model.bin)`."""
+        path = self.model_file or self.folder
+        weights = path.with_suffix(".bin")
+        return f"{path} (+ {weights.name})" if path.suffix == ".xml" else str(path)
+
+    def unpublish(self) -> bool:
+        """Stop taking new requests (UNLOADING); False when it was already retiring."""
+        with self._idle:
+            if self.status.state >= State.UNLOADING:
+                return False
+            self._set(Status(State.UNLOADING))
+            return True
+
+    def drain(self, grace: float = RETIRE_GRACE_S) -> None:
+        """After unpublish: wait for in-flight requests, release the resources, then END.
 
         The grace covers requests that resolved this version just before it was unpublished
         and are still decoding their body: they run on it rather than fail."""
-        self._set(Status(State.UNLOADING))
         time.sleep(grace)
         with self._idle:
             self._idle.wait_for(lambda: self._inflight == 0, timeout=300)
             self._compiled = None
             self._pool = queue.Queue()
-        self._set(Status(State.END))
+            self._set(Status(State.END))
+
+    def retire(self, grace: float = RETIRE_GRACE_S) -> None:
+        """UNLOADING until in-flight requests finish, then END (idempotent)."""
+        if self.unpublish():
+            self.drain(grace)
 
     def _build(self) -> None:
-        from core import mapping, reshape
+        from core import compiled_cache, mapping, reshape
 
         started = time.perf_counter()
-        path = find_model_file(self.folder)
+        path = self.model_file = find_model_file(self.folder)
         model = ov_core().read_model(str(path))
         self.timings["read_s"] = time.perf_counter() - started
         aliases = mapping.load(self.folder)
@@ -129,9 +148,22 @@ class ModelVersion:
         reshape.apply(model, self.config, aliases)
         self._describe(model, aliases)
         started = time.perf_counter()
-        self._compiled = ov_core().compile_model(
-            model, self.config.target_device, self._compile_config()
-        )
+        core, device, properties = ov_core(), self.config.target_device, self._compile_config()
+        blob = None
+        if self.config.allow_cache:
+            c = self.config
+            blob = compiled_cache.key(core, device, self.folder, properties, (
+                type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
+                c.low_latency_transformation))
+        found = compiled_cache.find(blob, self.folder, self.cache_dir) if blob else None
+        imported = compiled_cache.load(core, found, device, properties) if found else None
+        self.timings["blob_hit"] = float(imported is not None)
+        if imported is not None:
+            self._compiled, self._blob = imported  # the mapping backs the model's weights
+        else:
+            self._compiled = core.compile_model(model, device, properties)
+            if blob:
+                compiled_cache.save_later(self._compiled, blob, self.cache_dir)
         self.timings["compile_s"] = time.perf_counter() - started
         self._fill_pool()
 
@@ -139,24 +171,35 @@ class ModelVersion:
         """Hook for subclasses (stateful models) to transform the read model."""
 
     def _compile_config(self) -> dict[str, Any]:
-        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+        """Host defaults (core.compiled_cache.default_properties), then the model's
+        plugin_config, which always wins. OpenVINO's CACHE_DIR is not set by default: compiled
+        blobs are handled by core.compiled_cache (a plugin_config CACHE_DIR still applies)."""
+        from core import compiled_cache
+
+        config: dict[str, Any] = compiled_cache.default_properties(
+            compiled_cache.profile().concurrent)
         config.update({k: str(v) for k, v in self.config.plugin_config.items()})
-        if self.config.allow_cache and self.cache_dir:
-            config.setdefault("CACHE_DIR", str(Path(self.cache_dir) / "compiled"))
         return config
 
     def _fill_pool(self) -> None:
+        """nireq InferRequests; by default OpenVINO's optimal number, and on a concurrent host
+        at least two per stream, so a stream has the next request queued when one ends."""
+        from core import compiled_cache
+
         assert self._compiled is not None
+        streams = int(self._compiled.get_property("NUM_STREAMS"))
         size = self.config.nireq or int(
             self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")
         )
+        if not self.config.nireq and compiled_cache.profile().concurrent:
+            size = max(size, 2 * streams)
         for _ in range(max(size, 1)):
             self._pool.put(self._compiled.create_infer_request())
         labels = (self.name, str(self.version))
         self._wait_metric = metrics.WAIT_FOR_INFER_REQ.labels(*labels)
         self._active_metric = metrics.INFER_REQ_ACTIVE.labels(*labels)
         metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).set(max(size, 1))
-        metrics.STREAMS.labels(*labels).set(int(self._compiled.get_property("NUM_STREAMS")))
+        metrics.STREAMS.labels(*labels).set(streams)
 
     def _describe(self, model: ov.Model, aliases: Any) -> None:
         for port in model.inputs:
@@ -227,6 +270,15 @@ class ModelVersion:
             self._active_metric.dec()
         return {name: np.asarray(value) for name, value in
                 zip(self._output_names, results.to_tuple(), strict=True)}
+
+
+def _cause(exc: Exception) -> str:
+    """An OpenVINO error without its C++ source locations: the lines a user can act on."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    useful = [line for line in lines if line and not line.startswith(("Exception from src/",
+                                                                     "Check '"))]
+    text = " ".join(useful) or " ".join(line for line in lines if line)
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, RuntimeError) else text
 
 
 def _port_name(port: ov.Output) -> str:

@@ -19,9 +19,15 @@ class LocalRepository:
                 f"The provided base path is invalid or doesn't exists: {self.url}"
             )
         found: dict[int, str] = {}
-        for entry in self.base.iterdir():
+        try:
+            entries = list(self.base.iterdir())
+        except OSError as exc:
+            raise StorageError(f"Cannot list the model base path {self.url}: {exc}") from exc
+        for entry in entries:
             if entry.is_dir() and entry.name.isdigit() and int(entry.name) > 0:
-                found[int(entry.name)] = _fingerprint(entry)
+                fingerprint = _fingerprint(entry)
+                if fingerprint is not None:
+                    found[int(entry.name)] = fingerprint
         return found
 
     def fetch(self, version: int) -> Path:
@@ -31,9 +37,15 @@ class LocalRepository:
         return folder
 
 
-def _fingerprint(folder: Path) -> str:
+def _fingerprint(folder: Path) -> str | None:
+    """Names, sizes and mtimes of every file; None when the folder vanished while being read
+    (deleted under us: the next poll sees what is left)."""
     digest = hashlib.sha1()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        stat = path.stat()
-        digest.update(f"{path.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
-    return digest.hexdigest()
+    try:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            stat = path.stat()
+            digest.update(f"{path.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns};"
+                          .encode())
+    except FileNotFoundError:
+        digest.update(b"changing")  # a file went away mid-listing: differs from either side
+    return digest.hexdigest() if folder.is_dir() else None
