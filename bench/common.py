@@ -1,7 +1,8 @@
-"""Shared bench helpers: a served model repository, a server subprocess, timing stats."""
+"""Shared bench helpers: model repositories, server subprocesses, load loops, stats, RSS."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -9,14 +10,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
-
-import requests
+from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+REPO = Path(__file__).resolve().parents[1]
+Row = dict[str, float]
+Call = Callable[[], object]
 
 
 def free_port() -> int:
@@ -25,38 +30,65 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def base_env(**extra: str) -> dict[str, str]:
+    """This environment without OVS_* / platform variables, plus `extra`."""
+    drop = ("OVS_", "AWS_LAMBDA", "K_SERVICE", "FUNCTIONS_WORKER")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env["PYTHONPATH"] = str(REPO)
+    return env | extra
+
+
 @contextmanager
-def server(config: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """`ov-serverless serve` on a free port; yields the base URL."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "handlers.cli", "serve", "--config_path", str(config),
-           "--rest_port", str(port), "--log_level", "WARNING", *extra]
-    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
+def process(cmd: list[str], env: dict[str, str], ready: Callable[[], bool],
+            timeout: float = 120, log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `cmd` until `ready()` answers True; terminate it (and wait) on exit."""
+    out = log.open("ab") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=out, stderr=out,
+                            start_new_session=True)
     try:
-        wait_ready(base + "/v2/health/ready", proc)
-        yield base
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if proc.poll() is not None:
+                tail = log.read_text()[-2000:] if log else ""
+                raise RuntimeError(f"{cmd[:3]} exited with {proc.returncode}\n{tail}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{cmd[:3]} not ready in {timeout} s")
+            time.sleep(0.01)
+        yield proc
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
         try:
-            if requests.get(url, timeout=1).status_code == 200:
-                return
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(url)
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log:
+            out.close()  # type: ignore[union-attr]
 
 
-def latencies(call: Callable[[], object], count: int, warmup: int = 10) -> list[float]:
+def http_ok(port: int, path: str, method: str = "GET", body: bytes | None = None,
+            headers: dict[str, str] | None = None) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        response.read()
+        return response.status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def ov_serve_cmd(config: Path, rest_port: int, grpc_port: int = 0) -> list[str]:
+    return [sys.executable, "-m", "handlers.cli", "serve", "--config_path", str(config),
+            "--rest_port", str(rest_port), "--port", str(grpc_port), "--log_level", "WARNING"]
+
+
+# -- load ------------------------------------------------------------------------------------
+
+
+def latencies(call: Call, count: int, warmup: int = 5) -> list[float]:
     for _ in range(warmup):
         call()
     times = []
@@ -67,11 +99,74 @@ def latencies(call: Callable[[], object], count: int, warmup: int = 10) -> list[
     return times
 
 
-def summary(times: list[float]) -> dict[str, float]:
+def one_client(call: Call, count: int, warmup: int = 5) -> Row:
+    times = latencies(call, count, warmup)
+    return {**summary(times), "rps": len(times) / sum(times), "n": len(times)}
+
+
+def many_clients(factory: Callable[[], Call], clients: int, count: int) -> Row:
+    """`clients` threads, each with its own connection (`factory()`), `count` calls each."""
+    barrier = threading.Barrier(clients + 1)
+
+    def client() -> list[float]:
+        call = factory()
+        for _ in range(2):
+            call()
+        barrier.wait()
+        return latencies(call, count, warmup=0)
+
+    with futures.ThreadPoolExecutor(clients) as pool:
+        running = [pool.submit(client) for _ in range(clients)]
+        barrier.wait()
+        started = time.perf_counter()
+        times = [t for job in running for t in job.result()]
+        wall = time.perf_counter() - started
+    return {**summary(times), "rps": len(times) / wall, "n": len(times)}
+
+
+def summary(times: list[float]) -> Row:
     ordered = sorted(times)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
     return {"p50_ms": 1e3 * statistics.median(ordered), "p90_ms": 1e3 * pick(0.9),
             "p99_ms": 1e3 * pick(0.99)}
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+
+def _status_kb(pid: int, key: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and its descendants."""
+    found = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return found
+    for child in children:
+        found.extend(tree(int(child)))
+    return found
+
+
+def rss_mb(pid: int) -> dict[str, float]:
+    """Current (VmRSS) and peak (VmHWM) resident memory of a process tree, MB."""
+    pids = tree(pid)
+    return {"rss_mb": sum(_status_kb(p, "VmRSS") for p in pids) / 1024,
+            "peak_mb": sum(_status_kb(p, "VmHWM") for p in pids) / 1024}
+
+
+# -- files -----------------------------------------------------------------------------------
 
 
 def workdir() -> Path:
@@ -83,3 +178,8 @@ def save(name: str, doc: object) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(doc, indent=2))
     return path
+
+
+def median_of(rows: list[dict[str, Any]]) -> dict[str, float]:
+    keys = [k for k, v in rows[0].items() if isinstance(v, int | float)]
+    return {k: statistics.median(float(r[k]) for r in rows) for k in keys}

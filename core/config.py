@@ -85,6 +85,13 @@ class Settings:
     reload_interval: float = 0.0
     log_level: str = "INFO"
     limits: Limits = Limits()
+    # Many requests at once (`ov-serverless serve`: REST threads + gRPC) or one at a time
+    # (Lambda; functions-framework and Azure, which build the App before their server forks
+    # or runs it, and a multi-stream compile does not survive a fork): picks the compile
+    # defaults (THROUGHPUT streams vs LATENCY) and whether compiled blobs are written back.
+    # `serve` sets it; OVS_CONCURRENT=0/1 overrides.
+    concurrent: bool = False
+    compiled_cache: tuple[str, ...] = ()  # read-only compiled-blob folders (OVS_COMPILED_CACHE)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -112,6 +119,8 @@ class Settings:
             base_path=env.get("OVS_BASE_PATH", "").rstrip("/"),
             reload_interval=float(env.get("OVS_RELOAD_INTERVAL", "0") or 0),
             log_level=env.get("OVS_LOG_LEVEL", "INFO").upper(),
+            concurrent=env.get("OVS_CONCURRENT", "0").lower() in ("1", "true", "yes"),
+            compiled_cache=tuple(p for p in env.get("OVS_COMPILED_CACHE", "").split(":") if p),
             limits=Limits(
                 max_tensor_elements=_env_int(env, "OVS_MAX_TENSOR_ELEMENTS",
                                              DEFAULT_LIMITS.max_tensor_elements),

@@ -11,6 +11,7 @@
     │   └── RouteNotFoundError
     ├── ModelNotReadyError            404 UNAVAILABLE (OVMS: "not loaded yet")
     ├── MethodNotAllowedError         405 UNIMPLEMENTED
+    ├── RequestTimeoutError           408 DEADLINE_EXCEEDED (body not received in time)
     ├── PayloadTooLargeError          413 RESOURCE_EXHAUSTED
     ├── UnsupportedMediaTypeError     415 INVALID_ARGUMENT
     ├── PreconditionError             412 FAILED_PRECONDITION (reshape, compile)
@@ -103,6 +104,11 @@ class ModelNotReadyError(ServingError):
 class MethodNotAllowedError(ServingError):
     http_status = 405
     grpc_code = "UNIMPLEMENTED"
+
+
+class RequestTimeoutError(ServingError):
+    http_status = 408
+    grpc_code = "DEADLINE_EXCEEDED"
 
 
 class PayloadTooLargeError(ServingError):

@@ -39,7 +39,8 @@ def check_shape(shape: Sequence[object], name: str, itemsize: int = 1) -> int:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
             raise InvalidInputError(f"Invalid shape {list(shape)[:10]} for input {name}")
         count *= dim
-        if count > limits.max_tensor_elements:
+        if count > limits.max_tensor_elements or dim > limits.max_tensor_elements:
+            # the dim too: [0, 2**62] has no elements, but numpy cannot even shape it
             raise InvalidInputError(
                 f"Input {name} declares more than {limits.max_tensor_elements} elements "
                 f"(the limit); shape {list(shape)[:10]}"

@@ -58,7 +58,18 @@ def ov_core() -> ov.Core:
     with _core_lock:
         if _core is None:
             _core = ov.Core()
+            _init_numpy_bindings()
         return _core
+
+
+def _init_numpy_bindings() -> None:
+    """Initialise the bindings' numpy glue (pybind11's npy_api and _pyopenvino's dtype
+    statics) once, on one thread. Left to the first requests, two threads that convert their
+    first arrays at the same moment can deadlock: one holds a C++ static-init guard while it
+    waits for the GIL, the other holds the GIL while it waits for that guard (seen as a server
+    that stops answering when concurrent first predicts hit a model read from disk)."""
+    ov.Type.f32.to_dtype()
+    ov.Tensor(np.zeros(1, np.float32), shared_memory=True)
 
 
 def find_model_file(folder: Path) -> Path:
@@ -157,6 +168,7 @@ class ModelVersion:
                 c.low_latency_transformation))
         found = compiled_cache.find(blob, self.folder, self.cache_dir) if blob else None
         imported = compiled_cache.load(core, found, device, properties) if found else None
+        self.blob_key = blob or ""  # core.compiled_cache.export_manager names blobs by it
         self.timings["blob_hit"] = float(imported is not None)
         if imported is not None:
             self._compiled, self._blob = imported  # the mapping backs the model's weights

@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics_port", type=int, default=0,
                        help="Prometheus /metrics port for gRPC-only mode (--rest_port 0)")
     serve.add_argument("--shutdown_grace_seconds", type=float, default=30.0)
+    serve.add_argument("--rest_read_timeout_seconds", type=float, default=30.0,
+                       help="close a REST client that sends nothing for this long "
+                            "mid-request (0 = never)")
     invoke = sub.add_parser("invoke", help="run one request through the router in-process")
     _model_flags(invoke)
     invoke.add_argument("method")
@@ -86,6 +89,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["reload_interval"] = args.file_system_poll_wait_seconds
     elif args.command == "serve" and "OVS_RELOAD_INTERVAL" not in os.environ:
         overrides["reload_interval"] = 1.0  # OVMS's default poll for long-running servers
+    if args.command == "serve" and "OVS_CONCURRENT" not in os.environ:
+        overrides["concurrent"] = True  # threads and gRPC: THROUGHPUT streams (after fork)
     options = {flag: getattr(args, flag) for flag in _MODEL_FLAGS if getattr(args, flag)}
     if options:
         overrides["model_options"] = _decode_json_flags(options)

@@ -40,11 +40,14 @@ class RestServer(BaseApplication):
         super().__init__()
 
     def load_config(self) -> None:
+        from handlers import rest_worker
+
         threads = self.args.rest_workers or max(4, 2 * (os.cpu_count() or 1))
         options: dict[str, Any] = {
             "bind": f"{self.args.rest_bind_address}:{self.args.rest_port}",
             "workers": 1,  # one process: one copy of every compiled model
-            "worker_class": "gthread",
+            # gthread + a read timeout per client socket (slowloris cannot hold the threads)
+            "worker_class": rest_worker.configure(self.args.rest_read_timeout_seconds),
             "threads": threads,
             "timeout": 0,  # inference may be long; the platform's timeout applies
             "graceful_timeout": int(self.args.shutdown_grace_seconds),

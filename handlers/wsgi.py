@@ -7,12 +7,13 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from core.api import App, Request, Response, error_response
-from core.errors import InvalidInputError, PayloadTooLargeError
+from core.errors import InvalidInputError, PayloadTooLargeError, RequestTimeoutError
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 _REASONS = {200: "OK", 201: "Created", 204: "No Content", 400: "Bad Request",
             404: "Not Found", 405: "Method Not Allowed", 406: "Not Acceptable",
+            408: "Request Timeout",
             409: "Conflict", 412: "Precondition Failed", 413: "Payload Too Large",
             415: "Unsupported Media Type", 500: "Internal Server Error",
             502: "Bad Gateway", 503: "Service Unavailable"}
@@ -32,7 +33,11 @@ def to_request(environ: dict[str, Any], max_bytes: int) -> Request:
         raise PayloadTooLargeError(
             f"Request body of {length} bytes exceeds the limit of {max_bytes} bytes"
         )
-    body = environ["wsgi.input"].read(length) if length else b""
+    try:
+        body = environ["wsgi.input"].read(length) if length else b""
+    except TimeoutError:  # handlers.rest_worker's socket timeout: the client stalled
+        raise RequestTimeoutError(
+            "Request body not received in time (--rest_read_timeout_seconds)") from None
     query = dict(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
     return Request(environ["REQUEST_METHOD"], environ.get("PATH_INFO") or "/", query, headers,
                    body)
@@ -42,7 +47,7 @@ def make_wsgi_app(app: App) -> Callable[[dict[str, Any], StartResponse], Iterabl
     def wsgi(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         try:
             response = app.handle(to_request(environ, app.settings.max_request_bytes))
-        except (InvalidInputError, PayloadTooLargeError) as exc:
+        except (InvalidInputError, PayloadTooLargeError, RequestTimeoutError) as exc:
             response = error_response(exc)
         start_response(_status_line(response), _header_list(response))
         return [response.body]

@@ -37,6 +37,7 @@ from tests.reliability.helpers import (
 
 HUGE = [100000, 100000, 100]  # 1e12 elements: 4 TB as FP32
 ELEMENTS = "declares more than 1000000 elements (the limit)"
+BOMB = "Image parsing failed - the image exceeds the limit of 1000000 pixels"
 PNG = zeros_png(300, 300)
 JPEG_HEAD = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00"
 
@@ -72,18 +73,29 @@ CASES = [
          kserve(HUGE, [])),
     Case("huge-shape-kserve-binary", "POST", "/v2/models/scaler/infer", 400, ELEMENTS,
          *HUGE_BINARY),
+    Case("zero-times-huge-kserve-json", "POST", "/v2/models/scaler/infer", 400, ELEMENTS,
+         kserve([0, 2**62], [])),  # no elements, yet numpy cannot shape it: was a 500
+    Case("zero-times-huge-kserve-binary", "POST", "/v2/models/scaler/infer", 400, ELEMENTS,
+         *kserve_binary_request({"inputs": [{"name": "x", "shape": [0, 2**40, 2**40],
+                                             "datatype": "FP32",
+                                             "parameters": {"binary_data_size": 0}}]}, b"")),
     Case("max-tensor-elements", "POST", "/v2/models/scaler/infer", 400, ELEMENTS,
          kserve([250_001, 4], [])),
     Case("max-tensor-bytes", "POST", "/v2/models/scaler/infer", 400,
          "of 2400000 bytes exceeds the limit of 2000000 bytes", kserve([1, 300_000], [], "FP64")),
     Case("png-bomb-declared-10G-pixels", "POST", "/v1/models/classifier_nhwc:predict", 400,
-         "Image parsing failed - too large", tfs_image(png_declaring(100_000, 100_000))),
+         BOMB, tfs_image(png_declaring(100_000, 100_000))),
     Case("png-over-pixel-limit", "POST", "/v1/models/classifier_nhwc:predict", 400,
          "1100x1000 pixels exceed the limit of 1000000 pixels", tfs_image(zeros_png(1000, 1100))),
     Case("truncated-png", "POST", "/v1/models/classifier_nhwc:predict", 400,
          "Image parsing failed", tfs_image(PNG[: len(PNG) // 2])),
     Case("jpeg-header-only", "POST", "/v1/models/classifier_nhwc:predict", 400,
          "Image parsing failed", tfs_image(JPEG_HEAD)),
+    Case("b64-non-ascii", "POST", "/v1/models/classifier_nhwc:predict", 400,
+         "Decode Base64 to string error", json.dumps({"instances": [{"b64": "ß☃=="}]}).encode()),
+    Case("b64-with-extra-key", "POST", "/v1/models/classifier_nhwc:predict", 400,
+         'Binary values must be {"b64": "<base64>"} objects only',
+         json.dumps({"inputs": {"input": [{"b64": "AAAA", "x": 1}]}}).encode()),
     # JSON abuse
     Case("not-json-kserve", "POST", "/v2/models/scaler/infer", 412,
          "The file is not valid json", b"hello"),
@@ -222,6 +234,11 @@ def _grpc_limit_calls(channel: grpc.Channel) -> list[GrpcCall]:
         (lambda: kserve.ModelInfer(_kfs(HUGE), timeout=10), invalid, ELEMENTS),
         (lambda: kserve.ModelInfer(_kfs([1, 300_000], datatype="FP64"), timeout=10), invalid,
          "exceeds the limit of 2000000 bytes"),
+        (lambda: kserve.ModelInfer(_kfs([0, 2**62], raw=b""), timeout=10), invalid, ELEMENTS),
+        (lambda: kserve.ModelInfer(_kfs([0, 2**62], raw=b"", datatype="BYTES"), timeout=10),
+         invalid, ELEMENTS),
+        (lambda: tfs.Predict(_tfs(shape=(0, 2**62), content=b""), timeout=10), invalid,
+         ELEMENTS),
     ]
 
 
@@ -242,7 +259,7 @@ def _grpc_calls(channel: grpc.Channel) -> list[GrpcCall]:
     truncated.inputs["input"].string_val[0] = PNG[: len(PNG) // 2]
     return [
         *_grpc_limit_calls(channel),
-        (lambda: tfs.Predict(image, timeout=10), invalid, "Image parsing failed - too large"),
+        (lambda: tfs.Predict(image, timeout=10), invalid, BOMB),
         (lambda: tfs.Predict(truncated, timeout=10), invalid, "Image parsing failed"),
         (lambda: tfs.Predict(_tfs(name="../scaler"), timeout=10), not_found, "../scaler"),
         (lambda: tfs.Predict(_tfs(name="/etc/passwd"), timeout=10), not_found, "passwd"),

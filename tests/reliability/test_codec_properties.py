@@ -1,6 +1,7 @@
 """Property tests for the codecs tests/core/test_codec_properties.py does not reach: the gRPC
 codecs (TFS TensorProto, KServe ModelInferRequest, both from arbitrary wire bytes and from
-arbitrary well-typed messages) and the image codec. Each input either decodes to exactly what
+arbitrary well-typed messages), the image codec, and KServe REST with edge-case declared
+shapes. Each input either decodes to exactly what
 was encoded or raises a ServingError; no other exception escapes.
 
 Example counts: run with `--hypothesis-show-statistics`.
@@ -8,6 +9,7 @@ Example counts: run with `--hypothesis-show-statistics`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from core import tensors
-from core.codecs import images, kserve_grpc, tfs_grpc
+from core.codecs import images, kserve_grpc, kserve_rest, tfs_grpc
 from core.codecs.kserve_rest import to_binary
 from core.errors import ServingError
 from core.shapes import ANY
@@ -33,6 +35,10 @@ NUMERIC = [row for row in tensors.ROWS if row is not tensors.BYTES and row.kserv
 TF_ENUMS = st.sampled_from([row.tf_enum for row in tensors.ROWS]) | st.integers(-3, 40)
 DIMS = st.lists(st.integers(-2, 6) | st.sampled_from([2**31, 2**40, 2**62]), max_size=4)
 scalars = st.floats(width=32, allow_nan=False) | st.integers(-(2**40), 2**40).map(float)
+
+
+def _json(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc).encode()
 
 
 def _nothing_but_serving_errors(call: Any) -> Any:
@@ -192,6 +198,35 @@ def test_kserve_bytes_round_trip(items: list[bytes], raw: bool) -> None:
     else:
         tensor.contents.bytes_contents.extend(items)
     assert kserve_grpc.decode_inputs(request)["s"].tolist() == items
+
+
+# -- KServe REST: declared shapes (the case tests/core/test_codec_properties.py rarely draws) --
+
+EDGE_DIMS = st.lists(st.sampled_from([0, 1, 2, 4, 2**31, 2**40, 2**62]), max_size=4)
+
+
+@PROPERTY
+@given(row=st.sampled_from(NUMERIC), shape=EDGE_DIMS, binary=st.booleans())
+def test_kserve_rest_declared_shapes(row: tensors.DType, shape: list[int], binary: bool) -> None:
+    """Zeros of the declared shape, as JSON data or binary: decoded exactly when the shape is
+    small enough to exist, else a ServingError (a 0 next to 2**62 once escaped as a 500)."""
+    small = max(shape, default=0) <= 4  # else a dim beyond any limit, whatever the count
+    array = np.zeros(shape if small else (0,), row.numpy)
+    doc: dict[str, Any] = {"name": "x", "shape": shape, "datatype": row.kserve}
+    if binary:
+        doc["parameters"] = {"binary_data_size": array.nbytes}
+        header = _json({"inputs": [doc]})
+        body, length = header + to_binary(array), str(len(header))
+    else:
+        doc["data"] = array.reshape(-1).tolist()
+        body, length = _json({"inputs": [doc]}), None
+    spec = {"x": TensorSpec("x", row, tuple(ANY for _ in shape))}
+    try:
+        decoded = kserve_rest.decode(body, length, spec).inputs["x"]
+    except ServingError:
+        assert not small
+        return
+    assert small and decoded.dtype == array.dtype and decoded.shape == array.shape
 
 
 # -- images ------------------------------------------------------------------------------------

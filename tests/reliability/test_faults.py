@@ -21,10 +21,14 @@ import requests
 from core.api import App, Response, make_request
 from core.config import Settings
 from core.manager import ModelManager
+from handlers import server as server_module
 from protos.gen.kserve import grpc_predict_v2_pb2 as kfs
 from protos.gen.kserve import grpc_predict_v2_pb2_grpc
-from tests.core.helpers import RunningServer
+from tests.core.helpers import RunningServer, kserve_binary_request
 from tests.reliability.helpers import SCALER_X, build_repository, free_port, wait_for
+
+# handlers.rest_worker (read timeouts, refusing connections while draining) is in use
+HARDENED = "rest_worker.configure" in Path(server_module.__file__).read_text()
 
 
 def _predict_ok(server: RunningServer) -> None:
@@ -33,9 +37,11 @@ def _predict_ok(server: RunningServer) -> None:
     assert response.json() == {"predictions": [[3.0, 6.0, 9.0, 12.0]]}
 
 
-def _slow_body(batch: int = 8) -> str:
-    return json.dumps({"inputs": [{"name": "x", "shape": [batch, 256, 256], "datatype": "FP32",
-                                   "data": [0.5] * (batch * 256 * 256)}]})
+def _slow_body(batch: int = 16) -> tuple[bytes, dict[str, str]]:
+    """A KServe binary request to `slow`: tens to hundreds of ms of inference, little parsing."""
+    return kserve_binary_request(
+        {"inputs": [{"name": "x", "shape": [batch, 256, 256], "datatype": "FP32"}]},
+        np.full((batch, 256, 256), 0.5, np.float32).tobytes())
 
 
 @pytest.fixture
@@ -91,35 +97,63 @@ def test_config_broken_while_serving(private: tuple[Path, RunningServer]) -> Non
 
 
 def test_sigterm_finishes_in_flight_requests(tmp_path: Path) -> None:
+    """SIGTERM under load: the listener closes at once (new connections refused) while the
+    requests already in flight finish with 200, and the process exits 0 within the grace."""
     root = build_repository(tmp_path / "repo")
-    server = RunningServer(root / "config.json", tmp_path, ("--log_level", "WARNING"))
-    body = _slow_body()
+    grace = 10.0
+    server = RunningServer(root / "config.json", tmp_path,
+                           ("--log_level", "WARNING", "--shutdown_grace_seconds", str(grace)))
+    body, headers = _slow_body(48)
+    url = server.url + "/v2/models/slow/infer"
     started = time.monotonic()
-    requests.post(server.url + "/v2/models/slow/infer", data=body, timeout=60)
+    assert requests.post(url, data=body, headers=headers, timeout=60).status_code == 200
     single = time.monotonic() - started
     results: list[int | str] = []
+    finished: list[float] = []
+    in_flight = threading.Semaphore(0)
 
     def call() -> None:
         try:
-            results.append(requests.post(server.url + "/v2/models/slow/infer", data=body,
+            in_flight.release()
+            results.append(requests.post(url, data=body, headers=headers,
                                          timeout=60).status_code)
+            finished.append(time.monotonic())
         except requests.RequestException as exc:
             results.append(type(exc).__name__)
 
     threads = [threading.Thread(target=call) for _ in range(4)]
     for thread in threads:
         thread.start()
-    time.sleep(min(single / 2, 0.3))  # all four are in flight
+    for _ in threads:
+        in_flight.acquire(timeout=5)
+    time.sleep(min(single / 2, 0.2))  # the bodies are sent; the model is busy with them
     sent = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
+    refused_at = _refused_within(server.port, 3.0)
     for thread in threads:
         thread.join(timeout=30)
     code = server.process.wait(timeout=30)
     exited = time.monotonic() - sent
     server.stop()
     assert results == [200] * 4, (results, server.log())
+    assert refused_at is not None, "new connections were still accepted after SIGTERM"
+    if HARDENED:  # handlers.rest_worker closes the listener when the drain starts
+        assert refused_at < max(finished), "new connections hung until the worker exited"
+    assert min(finished) > sent, f"requests ended before SIGTERM (single {single:.2f}s)"
     assert code == 0, server.log()
-    assert exited < 2 + 4 * single + 5  # within --shutdown_grace_seconds 2 plus the work
+    assert exited < grace, exited
+
+
+def _refused_within(port: int, seconds: float) -> float | None:
+    """When a new TCP connection is first refused (None: still accepted after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        except OSError:
+            return time.monotonic()
+        time.sleep(0.02)
+    return None
 
 
 def test_stalled_client_does_not_block_others(private: tuple[Path, RunningServer]) -> None:
@@ -132,6 +166,41 @@ def test_stalled_client_does_not_block_others(private: tuple[Path, RunningServer
             _predict_ok(server)
         assert time.monotonic() - started < 5
     _predict_ok(server)
+
+
+@pytest.mark.skipif(not HARDENED, reason="needs handlers/server.py to use handlers.rest_worker")
+def test_slow_clients_cannot_hold_every_thread(tmp_path: Path) -> None:
+    """Slowloris: more half-sent requests than REST threads. Each stalled socket is given up
+    after --rest_read_timeout_seconds (a stalled body gets a 408), so good requests keep
+    being answered and nothing hangs."""
+    root = build_repository(tmp_path / "repo")
+    server = RunningServer(root / "config.json", tmp_path,
+                           ("--rest_workers", "2", "--rest_read_timeout_seconds", "1"))
+    stalled = []
+    try:
+        for index in range(4):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.sendall(b"POST /v1/models/scaler:predict HTTP/1.1\r\nHost: x\r\n"
+                         + (b"Content-Length: 100\r\n\r\n{\"inst" if index % 2 else b"X-A"))
+            stalled.append(sock)
+        started = time.monotonic()
+        for _ in range(3):
+            response = requests.post(server.url + "/v1/models/scaler:predict",
+                                     json={"instances": SCALER_X}, timeout=15)
+            assert response.status_code == 200, response.text
+        assert time.monotonic() - started < 6
+        for index, sock in enumerate(stalled):
+            reply = sock.recv(65536)  # the server has closed (or answered) every one of them
+            if index % 2:
+                assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+                assert b"Request body not received in time" in reply
+            else:
+                assert reply == b"", reply[:200]
+        _predict_ok(server)
+    finally:
+        for sock in stalled:
+            sock.close()
+        server.stop()
 
 
 def test_grpc_deadline_is_honoured(tmp_path: Path) -> None:

@@ -1,0 +1,187 @@
+"""Cold start (process start -> first 200) and memory, per host, against a minimal script.
+
+Two kinds of run, each in a fresh process with an empty OVS_CACHE_DIR unless said otherwise:
+  probe  bench/cold_child.py: the host's own import + init + first request in one process,
+         with the stage breakdown (import, config, download, read, compile, first infer)
+  real   the real command (`functions-framework ...`, `ov-serverless serve`, `mlserver start`)
+         timed from Popen to the first 200 of a predict over HTTP; then RSS idle / peak of
+         its process tree (gunicorn: arbiter + worker)
+The Lambda probe *is* the real thing (the runtime imports the module, then calls handler).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from bench import peer
+from bench.common import REPO, base_env, free_port, http_ok, median_of, process, rss_mb
+
+CHILD = REPO / "bench" / "cold_child.py"
+EVENT = REPO / "tests" / "events" / "sam-cli-rendered" / "HttpApi.json"
+STAGES = ("process_s", "import_s", "config_s", "download_s", "read_s", "compile_s", "other_s",
+          "first_infer_s", "total_s")
+
+
+def kserve_binary(model: str, x: np.ndarray) -> dict[str, Any]:
+    header = orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape),
+                                       "datatype": "FP32",
+                                       "parameters": {"binary_data_size": x.nbytes}}],
+                           "parameters": {"binary_data_output": True}})
+    return {"path": f"/v2/models/{model}/infer", "body": header + x.tobytes(),
+            "headers": {"Inference-Header-Content-Length": str(len(header)),
+                        "Content-Type": "application/octet-stream"}}
+
+
+def request_file(root: Path, model: str, model_file: Path, x: np.ndarray,
+                 extra: dict[str, Any] | None = None) -> Path:
+    http = kserve_binary(model, x)
+    event: dict[str, Any] = json.loads(EVENT.read_text())
+    event["rawPath"] = event["requestContext"]["http"]["path"] = http["path"]
+    event["headers"] = {k.lower(): v for k, v in http["headers"].items()}
+    event.update(body=base64.b64encode(http["body"]).decode(), isBase64Encoded=True)
+    doc = {"event": event, "http": {**http, "body": http["body"].hex()},
+           "model_file": str(model_file), "shape": list(x.shape), **(extra or {})}
+    path = root / "cold-request.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def probe(host: str, request: Path, env: dict[str, str]) -> dict[str, float]:
+    started = time.time()
+    out = subprocess.run([sys.executable, str(CHILD), host, str(request)], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"cold {host}: {out.stderr[-2000:]}")
+    (line,) = [item for item in out.stdout.splitlines() if item.startswith("BENCH ")]
+    r = json.loads(line[6:])
+    init = r["t_ready"] - r["t_imported"]
+    config = r.get("config_s", max(0.0, init - r.get("config_apply_s", init)))
+    work = r["download_s"] + r["read_s"] + r["compile_s"]
+    return {
+        "process_s": r["t_main"] - started,
+        "import_s": r["t_imported"] - r["t_main"],
+        "config_s": config,
+        "download_s": r["download_s"],
+        "read_s": r["read_s"],
+        "compile_s": r["compile_s"],
+        "other_s": max(0.0, init - config - work),
+        "first_infer_s": r["t_done"] - r["t_ready"],
+        "total_s": r["t_done"] - started,
+        "rss_mb": r["rss_mb"],
+        "peak_mb": r["peak_mb"],
+    }
+
+
+def real(cmd: list[str], port: int, http: dict[str, Any], env: dict[str, str],
+         log: Path) -> dict[str, float]:
+    """Popen -> first 200 of a predict; then idle and peak RSS after 20 more requests."""
+    body, headers = http["body"], http["headers"]
+    started = time.time()
+    with process(cmd, env, lambda: http_ok(port, http["path"], "POST", body, headers),
+                 log=log) as proc:
+        first = time.time() - started
+        for _ in range(20):
+            http_ok(port, http["path"], "POST", body, headers)
+        time.sleep(0.5)
+        memory = rss_mb(proc.pid)
+    return {"total_s": first, **memory}
+
+
+def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray,
+        repeat: int, s3: dict[str, Any] | None, with_peer: bool,
+        variants: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """Every scenario `repeat` times; medians. `variants`: extra Lambda env sets to compare."""
+    request = request_file(root, model, model_file, x)
+    http = kserve_binary(model, x)
+    local = {"OVS_MODEL_NAME": model, "OVS_MODEL_PATH": str(model_dir),
+             "OVS_LOG_LEVEL": "WARNING"}
+    runs: dict[str, list[dict[str, float]]] = {}
+    counter = iter(range(10**6))
+
+    def fresh_cache() -> str:
+        path = root / f"cache-{next(counter)}"
+        shutil.rmtree(path, ignore_errors=True)
+        return str(path)
+
+    def add(name: str, fn: Any) -> None:
+        runs[name] = [fn() for _ in range(repeat)]
+
+    add("minimal script", lambda: probe("minimal", request, base_env()))
+    lam = {**local, "AWS_LAMBDA_FUNCTION_NAME": "bench"}
+    add("Lambda handler", lambda: probe("lambda", request, base_env(
+        **lam, OVS_CACHE_DIR=fresh_cache())))
+    def ov_cache(path: str) -> dict[str, str]:  # OpenVINO's own CACHE_DIR, the old default
+        return {"OVS_PLUGIN_CONFIG": json.dumps({"CACHE_DIR": path})}
+
+    add("Lambda, OV CACHE_DIR empty", lambda: probe("lambda", request, base_env(
+        **lam, OVS_CACHE_DIR=fresh_cache(), **ov_cache(fresh_cache()))))
+    warm_cache = fresh_cache()
+    probe("lambda", request, base_env(**lam, OVS_CACHE_DIR=fresh_cache(), **ov_cache(warm_cache)))
+    add("Lambda, OV CACHE_DIR hit", lambda: probe("lambda", request, base_env(
+        **lam, OVS_CACHE_DIR=fresh_cache(), **ov_cache(warm_cache))))
+    for name, extra in (variants or {}).items():
+        add(name, lambda extra=extra: probe("lambda", request, base_env(
+            **lam, OVS_CACHE_DIR=fresh_cache(), **extra)))
+    add("functions-framework (probe)", lambda: probe("cloud_run", request, base_env(
+        **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache())))
+    add("serve (probe)", lambda: probe("serve", request, base_env(
+        **local, OVS_CACHE_DIR=fresh_cache())))
+    ff = str(Path(sys.executable).parent / "functions-framework")
+    port = free_port()
+    add("functions-framework (real)", lambda: real(
+        [ff, "--source", str(REPO / "handlers" / "cloud_run.py"), "--target", "predict",
+         "--host", "127.0.0.1", "--port", str(port)], port, http,
+        base_env(**local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache()), root / "ff.log"))
+    add("serve (real)", lambda: real(
+        [sys.executable, "-m", "handlers.cli", "serve", "--model_name", model, "--model_path",
+         str(model_dir), "--rest_port", str(port), "--log_level", "WARNING"], port, http,
+        base_env(OVS_CACHE_DIR=fresh_cache()), root / "serve.log"))
+    if with_peer:
+        grpc_port, metrics_port = free_port(), free_port()
+        repo = peer.write_repository(root / "peer-cold", {model: model_file}, port, grpc_port,
+                                     metrics_port, {"PERFORMANCE_HINT": "LATENCY"})
+        as_json = {"path": http["path"], "headers": {"Content-Type": "application/json"},
+                   "body": orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape),
+                                                     "datatype": "FP32",
+                                                     "data": x.reshape(-1).tolist()}]})}
+        add("MLServer (real, JSON)", lambda: real(peer.command(repo), port, as_json,
+                                                  base_env(), root / "peer-cold.log"))
+    if s3:
+        s3_request = request_file(root, model, model_file, x, {
+            "s3_bucket": s3["bucket"], "s3_keys": s3["keys"],
+            "download_dir": str(root / "minimal-download")})
+        s3_env = {**lam, **s3["env"], "OVS_MODEL_PATH": s3["url"]}
+        add("minimal script, S3", lambda: probe("minimal-s3", s3_request, base_env(**s3["env"])))
+        add("Lambda handler, S3", lambda: probe("lambda", request, base_env(
+            **s3_env, OVS_CACHE_DIR=fresh_cache())))
+        if s3.get("before_variants"):
+            s3["before_variants"]()
+        for name, extra in (s3.get("variants") or {}).items():
+            add(name, lambda extra=extra: probe("lambda", request, base_env(
+                **s3_env, OVS_CACHE_DIR=fresh_cache(), **extra)))
+    rows = {name: median_of(items) for name, items in runs.items()}
+    return {"rows": rows, "runs": runs}
+
+
+def report(cold: dict[str, Any]) -> list[str]:
+    rows = cold["rows"]
+    floor = rows["minimal script"]
+    lines = [f"{'cold start (median, ms)':32}" + "".join(f"{s[:-2]:>9}" for s in STAGES)
+             + f"{'vs min':>8}{'RSS MB':>8}{'peak':>7}"]
+    for name, row in rows.items():
+        base = rows["minimal script, S3"] if "S3" in name and "minimal script, S3" in rows \
+            else floor
+        cells = "".join(f"{1e3 * row[s]:9.0f}" if s in row else f"{'':>9}" for s in STAGES)
+        lines.append(f"{name:32}{cells}{row['total_s'] / base['total_s']:7.2f}x"
+                     f"{row['rss_mb']:8.0f}{row['peak_mb']:7.0f}")
+    return lines

@@ -1,0 +1,243 @@
+"""The benchmark suite: warm latency/throughput vs raw OpenVINO and a peer server, cold start
+and memory vs a minimal script. One command, a few minutes on a 2-core machine:
+
+    python -m bench.run                  # everything; writes bench/results/bench.json
+    python -m bench.run --quick          # fewer calls and cold runs (a smoke test, ~2 min)
+    python -m bench.run --no-peer --no-cold --models resnet50
+
+Models (built here, deterministically): `classifier` = demo.models.classifier(batch=1), the
+224x224 test classifier (one conv: ~0.3 ms, so the fixed per-call cost dominates); `resnet50`
+= bench.models.resnet50_like() (25.5 M parameters, FP16 IR); `demo` = the quick-start demo
+model (the same classifier with a dynamic batch dim). One `ov-serverless serve` (REST + gRPC)
+serves all three; one MLServer (bench/peer.py, in bench/.peer-venv, created on first run)
+serves the same IRs; both are driven by the same client code (bench/cases.py) in this process.
+Cold start: bench/cold.py, on resnet50, local disk and S3 (moto, as tests/emulators.py runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from bench import cases, cold, peer, warm
+from bench.common import REPO, base_env, free_port, http_ok, ov_serve_cmd, process, save, workdir
+from bench.models import resnet50_like
+from demo.models import classifier
+
+MODELS = ("classifier", "resnet50", "demo")
+
+
+def build_models(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
+    """IRs under root/repo/<name>/1/model.xml and the OVMS config.json serving them."""
+    builders = {"classifier": lambda: classifier(seed=0, batch=1),
+                "resnet50": lambda: resnet50_like(seed=0, batch=1),
+                "demo": lambda: classifier(seed=0, batch=None)}
+    files = {}
+    for name in names:
+        folder = root / "repo" / name / "1"
+        folder.mkdir(parents=True, exist_ok=True)
+        ov.save_model(builders[name](), folder / "model.xml",
+                      compress_to_fp16=name == "resnet50")  # a deployed IR is usually FP16
+        files[name] = folder / "model.xml"
+    entries = ",\n".join(f'  {{"config": {{"name": "{n}", "base_path": "{n}"}}}}' for n in names)
+    (root / "repo" / "config.json").write_text(f'{{"model_config_list": [\n{entries}\n]}}\n')
+    return files
+
+
+def counts(name: str, quick: bool) -> tuple[int, int]:
+    """(calls for 1 client, calls per client for N clients)."""
+    big = name == "resnet50"
+    if quick:
+        return (20, 5) if big else (60, 15)
+    return (60, 15) if big else (200, 50)
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    return {"date": datetime.date.today().isoformat(), "platform": platform.platform(),
+            "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory, 1),
+            "python": platform.python_version(), "openvino": ov.__version__.split("-")[0],
+            "isa": ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")}
+
+
+def run_warm(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload],
+             args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for name, xml in files.items():
+        count, per_client = counts(name, args.quick)
+        results[name] = {"name": name, "servers": {}, "raw": warm.raw_baselines(
+            xml, inputs[name].x, count, args.clients, args.clients * per_client * 2)}
+    config = root / "repo" / "config.json"
+    servers: list[tuple[str, str, dict[str, str], Path, tuple[str, ...]]] = [
+        ("ov-serverless", "THROUGHPUT", {}, config, cases.ALL_CASES)]  # `serve`: concurrent
+    if not args.quick:
+        servers.append(("ov-serverless", "LATENCY", {"OVS_CONCURRENT": "0"}, config,
+                        cases.ALL_CASES))
+    if args.ab:
+        servers += ab_variants(root, files)
+    for label, hint, extra, config_path, wanted in servers:
+        rest_port, grpc_port = free_port(), free_port()
+        env = base_env(OVS_CACHE_DIR=str(root / f"serve-cache-{label}-{hint}"), **extra)
+        if "PYTHONPATH" in extra:
+            env["PYTHONPATH"] = f"{extra['PYTHONPATH']}:{REPO}"
+        with process(ov_serve_cmd(config_path, rest_port, grpc_port), env,
+                     lambda rest_port=rest_port: http_ok(rest_port, "/v2/health/ready"),
+                     log=root / "serve.log"):
+            for name in files:
+                _serve(results[name], label, hint, {
+                    **cases.rest_cases(rest_port, inputs[name], wanted),
+                    **cases.grpc_cases(grpc_port, inputs[name], wanted)}, args)
+    if args.peer and peer.ensure_venv():
+        http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+        repo = peer.write_repository(root / "peer", files, http_port, grpc_port, metrics_port,
+                                     {"PERFORMANCE_HINT": "THROUGHPUT"})
+        ready = lambda: all(  # noqa: E731
+            http_ok(http_port, f"/v2/models/{n}/ready") for n in files)
+        with process(peer.command(repo), base_env(), ready, log=root / "peer.log"):
+            for name in files:
+                _serve(results[name], "MLServer", "THROUGHPUT", {
+                    **cases.rest_cases(http_port, inputs[name], cases.PEER_CASES),
+                    **cases.grpc_cases(grpc_port, inputs[name], cases.PEER_CASES)}, args)
+    return results
+
+
+def ab_variants(root: Path, files: dict[str, Path]
+                ) -> list[tuple[str, str, dict[str, str], Path, tuple[str, ...]]]:
+    """--ab: the server without one optimisation each, for before/after numbers.
+      no simdjson   the JSON cases on the orjson path (simdjson hidden from the server)
+      nireq=2       OpenVINO's optimal nireq (= streams) instead of 2 per stream"""
+    shadow = root / "no-simdjson"
+    shadow.mkdir(exist_ok=True)
+    (shadow / "simdjson.py").write_text('raise ImportError("hidden for the A/B bench")\n')
+    config = root / "repo" / "config-nireq.json"
+    entries = ",\n".join(f'  {{"config": {{"name": "{n}", "base_path": "{n}", "nireq": 2}}}}'
+                         for n in files)
+    config.write_text(f'{{"model_config_list": [\n{entries}\n]}}\n')
+    json_cases = (cases.REST_TFS_JSON, cases.REST_KSERVE_JSON)
+    return [("no simdjson", "THROUGHPUT", {"PYTHONPATH": str(shadow)},
+             root / "repo" / "config.json", json_cases),
+            ("nireq=2", "THROUGHPUT", {}, config, (cases.REST_KSERVE_BINARY, cases.GRPC_KSERVE))]
+
+
+def _serve(doc: dict[str, Any], label: str, hint: str, factories: dict[str, cases.Factory],
+           args: argparse.Namespace) -> None:
+    count, per_client = counts(doc["name"], args.quick)
+    rows = warm.serve_cases(factories, count, args.clients, per_client)
+    warm.add_ratios(rows, doc["raw"][hint], args.clients)
+    doc["servers"][f"{label} {hint[0]}"] = {"server": label, "hint": hint, "cases": rows}
+    print(f"  warm {doc['name']}: {label} ({hint}) done", flush=True)
+
+
+def s3_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
+    """Start moto, upload the model version; (emulator, the s3 dict cold.run takes)."""
+    import boto3
+
+    from tests.emulators import MotoS3
+
+    emulator = MotoS3().start()
+    client = boto3.client("s3", endpoint_url=emulator.endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.create_bucket(Bucket="models")
+    keys = []
+    for path in sorted((model_dir / "1").rglob("*")):
+        if path.is_file():
+            key = f"{model}/1/{path.relative_to(model_dir / '1').as_posix()}"
+            client.upload_file(str(path), "models", key)
+            keys.append(key)
+    return emulator, {"bucket": "models", "keys": keys, "url": f"s3://models/{model}",
+                      "env": emulator.env, "client": client}
+
+
+def make_blob(root: Path, model: str, model_dir: Path) -> Path:
+    """The compiled blob a Lambda (LATENCY, one request at a time) would import, made the
+    documented way (core.compiled_cache.export_manager), into root/blobs."""
+    from core.compiled_cache import export_manager
+    from core.config import Settings
+    from core.manager import ModelManager
+
+    settings = Settings(model_name=model, model_path=str(model_dir),
+                        cache_dir=str(root / "blob-cache"))
+    (blob,) = export_manager(ModelManager.start(settings), root / "blobs")
+    return blob
+
+
+def run_cold(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload],
+             args: argparse.Namespace) -> dict[str, Any]:
+    model = "resnet50" if "resnet50" in files else next(iter(files))
+    model_dir = files[model].parents[1]
+    repeat = 1 if args.quick else args.repeat
+    emulator = None
+    s3 = None
+    blob = make_blob(root, model, model_dir)
+    variants = {"Lambda, baked blob": {"OVS_COMPILED_CACHE": str(blob.parent)}}
+    if args.s3:
+        emulator, s3 = s3_upload(model_dir, model)
+        s3["before_variants"] = lambda: s3["client"].upload_file(  # type: ignore[index]
+            str(blob), s3["bucket"], f"{model}/1/.ov-compiled/{blob.name}")
+        s3["variants"] = {"Lambda, S3 + blob in bucket": {}}
+    try:
+        return {"model": model, **cold.run(root / "cold", model, model_dir, files[model],
+                                           inputs[model].x, repeat, s3,
+                                           args.peer and peer.ensure_venv(), variants)}
+    finally:
+        if emulator is not None:
+            emulator.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3, help="cold-start runs per scenario")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-peer", dest="peer", action="store_false")
+    parser.add_argument("--no-cold", dest="cold", action="store_false")
+    parser.add_argument("--no-warm", dest="warm", action="store_false")
+    parser.add_argument("--no-s3", dest="s3", action="store_false")
+    parser.add_argument("--ab", action="store_true",
+                        help="also serve without each optimisation (before/after rows)")
+    parser.add_argument("--out", default="bench")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    root = workdir()
+    (root / "cold").mkdir()
+    files = build_models(root, tuple(args.models))
+    jpeg = cases.make_jpeg()
+    rng = np.random.default_rng(0)
+    inputs = {name: cases.Payload(name, rng.random((1, 3, 224, 224), dtype=np.float32), jpeg)
+              for name in files}
+    doc: dict[str, Any] = {"machine": machine(), "clients": args.clients,
+                           "quick": args.quick}
+    print(f"bench in {root}", flush=True)
+    if args.warm:
+        doc["warm"] = run_warm(root, files, inputs, args)
+        print("\n".join(warm.table(doc["warm"], args.clients)), flush=True)
+    if args.cold:
+        doc["cold"] = run_cold(root, files, inputs, args)
+        print(f"\ncold start, {doc['cold']['model']}:")
+        print("\n".join(cold.report(doc["cold"])), flush=True)
+    doc["wall_s"] = time.perf_counter() - started
+    path = save(args.out, doc)
+    print(f"\n{path} ({doc['wall_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Warm path: raw OpenVINO baselines and the served cases, 1 and N concurrent clients.
+
+Raw baselines run in this process on the same IR and input, before any server is busy:
+  latency     one InferRequest of a LATENCY-hint compile, back to back (1 client); the same
+              on a THROUGHPUT-hint compile is kept as "1 THROUGHPUT" (serve's default hint)
+  throughput  AsyncInferQueue(N jobs) of a THROUGHPUT-hint and of a LATENCY-hint compile;
+              the better of the two is the throughput baseline
+Served rows report p50/p90/p99 and req/s; ratios are p50 / raw p50 (1 client) and
+req/s / raw req/s (N clients).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from bench.cases import Factory
+from bench.common import Row, many_clients, one_client, summary
+
+HINTS = ("LATENCY", "THROUGHPUT")
+# Raw compiled models and queues stay alive until exit: destroying an AsyncInferQueue whose
+# last Python callback is still waiting for the GIL can deadlock.
+_KEEP: list[object] = []
+
+
+_KEPT: list[object] = []
+
+
+def raw_baselines(model_file: Path, x: np.ndarray, count: int, clients: int,
+                  total: int) -> dict[str, dict[str, Row]]:
+    """Per hint: "1" = one InferRequest back to back, "N" = AsyncInferQueue(N jobs)."""
+    core = ov.Core()
+    rows: dict[str, dict[str, Row]] = {}
+    for hint in HINTS:
+        compiled = core.compile_model(str(model_file), "CPU", {"PERFORMANCE_HINT": hint})
+        request = compiled.create_infer_request()
+        rows[hint] = {"1": one_client(lambda request=request: request.infer({0: x}), count),
+                      str(clients): _queue(compiled, x, total, clients)}
+        _KEEP.extend((compiled, request))
+    return rows
+
+
+def _queue(compiled: ov.CompiledModel, x: np.ndarray, total: int, jobs: int) -> Row:
+    """AsyncInferQueue with `jobs` requests; a latency includes waiting for a free request."""
+    queue = ov.AsyncInferQueue(compiled, jobs)
+    times: list[float] = []
+    queue.set_callback(lambda request, sent: times.append(time.perf_counter() - sent))
+    for _ in range(2 * jobs):
+        queue.start_async({0: x}, time.perf_counter())
+    queue.wait_all()
+    times.clear()
+    started = time.perf_counter()
+    for _ in range(total):
+        queue.start_async({0: x}, time.perf_counter())
+    queue.wait_all()
+    wall = time.perf_counter() - started
+    # never destroyed during the run: tearing down an AsyncInferQueue whose Python callback
+    # thread may still want the GIL can deadlock (two full runs hung in futex_do_wait here)
+    _KEPT.append((queue, compiled))
+    return {**summary(times), "rps": total / wall, "n": total}
+
+
+def serve_cases(factories: dict[str, Factory], count: int, clients: int, per_client: int
+                ) -> dict[str, dict[str, Row]]:
+    rows: dict[str, dict[str, Row]] = {}
+    for name, factory in factories.items():
+        rows[name] = {"1": one_client(factory(), count),
+                      str(clients): many_clients(factory, clients, per_client)}
+    return rows
+
+
+def add_ratios(rows: dict[str, dict[str, Row]], raw: dict[str, Row], clients: int) -> None:
+    """Ratios against raw OpenVINO compiled with the same hint as the server."""
+    one, many = raw["1"], raw[str(clients)]
+    for by_clients in rows.values():
+        for key in ("p50_ms", "p90_ms", "p99_ms"):
+            by_clients["1"][f"{key[:3]}_ratio"] = by_clients["1"][key] / one[key]
+        by_clients["1"]["rps_ratio"] = by_clients["1"]["rps"] / one["rps"]
+        by_clients[str(clients)]["rps_ratio"] = by_clients[str(clients)]["rps"] / many["rps"]
+        by_clients[str(clients)]["p50_ratio"] = by_clients[str(clients)]["p50_ms"] / many["p50_ms"]
+
+
+def table(results: dict[str, Any], clients: int) -> list[str]:
+    head = (f"{'model':10} {'server (hint)':24} {'case':24} {'p50 ms':>7} {'p90':>6} "
+            f"{'p99':>6} {'/raw':>6} | {clients} cl. {'req/s':>6} {'/raw':>6} {'p50 ms':>6}")
+    lines = [head]
+    for model, doc in results.items():
+        model = doc.get("name", model)
+        for hint, raw in doc["raw"].items():
+            one, many = raw["1"], raw[str(clients)]
+            lines.append(
+                f"{model:10} {'raw openvino (' + hint[0] + ')':24} {'infer / AsyncInferQueue':24} "
+                f"{one['p50_ms']:7.2f} {one['p90_ms']:6.2f} {one['p99_ms']:6.2f} {1.0:5.2f}x | "
+                f"{'':5}{many['rps']:7.1f} {1.0:5.2f}x {many['p50_ms']:6.1f}")
+        for entry in doc["servers"].values():
+            label = f"{entry['server']} ({entry['hint'][0]})"
+            for case, by_clients in entry["cases"].items():
+                a, b = by_clients["1"], by_clients[str(clients)]
+                lines.append(
+                    f"{model:10} {label:24} {case:24} {a['p50_ms']:7.2f} {a['p90_ms']:6.2f} "
+                    f"{a['p99_ms']:6.2f} {a['p50_ratio']:5.2f}x | {'':5}{b['rps']:7.1f} "
+                    f"{b['rps_ratio']:5.2f}x {b['p50_ms']:6.1f}")
+    lines.append("(L) LATENCY / (T) THROUGHPUT hint; /raw: vs raw OpenVINO with the same hint; "
+                 "1-client p50 left, N-client throughput right")
+    return lines

@@ -1,0 +1,222 @@
+"""Compiled-model blobs a new instance imports instead of compiling, and the host profile that
+picks compile defaults.
+
+A blob is `CompiledModel.export_model()` of one model version as this process compiled it,
+stored as `<key>.blob`. The key hashes everything that decides what a compile produces: the
+OpenVINO version, the device with its FULL_DEVICE_NAME and OPTIMIZATION_CAPABILITIES, the CPU's
+ISA flags (Lambda and Cloud Run CPUs vary), the compile properties, the model config fields
+that change the graph (shape, batch_size, layout, stateful transformation), and the version's
+files, recursively: graph files (.xml, .onnx, ...) in full, weight files by size and 64
+samples of 4 KiB spread across them (reading 100 MB to hash it would cost more than the
+compile saves).
+
+Lookup order (first hit wins; a blob that fails to import falls back to a compile):
+  1. OVS_COMPILED_CACHE: folders, ':'-separated, e.g. a read-only folder baked into the image
+  2. `<version folder>/.ov-compiled/`: blobs uploaded next to the model in the bucket (they
+     arrive with the version's download) or shipped in the local repository
+  3. `<cache_dir>/blobs/`: written by this host after a compile (concurrent hosts only, in a
+     background thread after the version is serving, so a cold start never waits for it)
+Import reads the blob through a copy-on-write memory map (no read into Python bytes).
+
+Measured on the 2-core bench machine (bench/run.py), OpenVINO 2026.4, ResNet-50-sized FP16
+IR: compile 0.11 s, blob import 0.07 s. OpenVINO's own CACHE_DIR hit is as fast, but its
+populating run costs more than a plain compile on every new instance whose cache starts
+empty (every Lambda sandbox, every Cloud Run instance), so it is no longer set by default.
+A blob in the bucket is downloaded with the version: on a slow link that costs more than the
+compile it saves (bench: S3 emulator); bake blobs into the image instead where possible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+log = logging.getLogger("ov_serverless.compiled_cache")
+
+BLOB_FOLDER = ".ov-compiled"
+SAMPLES = 64
+SAMPLE_BYTES = 4096
+GRAPH_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite", ".json")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How this process serves: set once from Settings by ModelManager (configure)."""
+
+    concurrent: bool = True  # many requests at once (serve, Cloud Run) vs one (Lambda)
+    blob_dirs: tuple[str, ...] = ()  # read-only blob folders (OVS_COMPILED_CACHE)
+
+
+_profile = Profile()
+
+
+def configure(concurrent: bool, blob_dirs: Iterable[str] = ()) -> None:
+    global _profile
+    _profile = Profile(concurrent, tuple(d for d in blob_dirs if d))
+
+
+def profile() -> Profile:
+    return _profile
+
+
+def default_properties(concurrent: bool) -> dict[str, str]:
+    """One request per instance: one stream using every core (lowest latency). Concurrent
+    hosts: OpenVINO's throughput streams (on 2 cores: 2 streams, +40% req/s at 8 clients,
+    but a lone request runs on one core)."""
+    return {"PERFORMANCE_HINT": "THROUGHPUT" if concurrent else "LATENCY"}
+
+
+# -- keys --------------------------------------------------------------------------------------
+
+_device_ids: dict[str, str] = {}
+_device_lock = threading.Lock()
+
+
+def _device_id(core: ov.Core, device: str) -> str:
+    with _device_lock:
+        if device not in _device_ids:
+            parts = [ov.get_version(), device]
+            for name in ("FULL_DEVICE_NAME", "OPTIMIZATION_CAPABILITIES"):
+                try:
+                    parts.append(str(core.get_property(device.split(":")[0], name)))
+                except RuntimeError:
+                    parts.append("?")
+            parts.append(_cpu_flags())
+            _device_ids[device] = "\n".join(parts)
+        return _device_ids[device]
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                wanted = ("avx", "amx", "sse4", "fma", "f16c", "vnni", "sve", "asimd")
+                return " ".join(sorted(f for f in line.split(":", 1)[1].split()
+                                       if f.startswith(wanted)))
+    except OSError:
+        pass
+    return ""
+
+
+def key(core: ov.Core, device: str, folder: Path, properties: dict[str, Any],
+        model_options: Iterable[object]) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(_device_id(core, device).encode())
+    for name, value in sorted(properties.items()):
+        if name != "CACHE_DIR":
+            digest.update(f"\0{name}={value}".encode())
+    for option in model_options:
+        digest.update(f"\0{option!r}".encode())
+    for path in _model_files(folder):
+        digest.update(f"\0{path.relative_to(folder).as_posix()}\0{path.stat().st_size}".encode())
+        _sample(digest, path, whole=path.suffix in GRAPH_SUFFIXES)
+    return digest.hexdigest()
+
+
+def _model_files(folder: Path) -> list[Path]:
+    """Every file of the version (SavedModel variables/ too), not the blobs beside them."""
+    return sorted(p for p in folder.rglob("*")
+                  if p.is_file() and BLOB_FOLDER not in p.relative_to(folder).parts)
+
+
+def _sample(digest: Any, path: Path, whole: bool) -> None:
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        if whole or size <= SAMPLES * SAMPLE_BYTES:
+            digest.update(handle.read())
+            return
+        step = (size - SAMPLE_BYTES) // (SAMPLES - 1)
+        for index in range(SAMPLES):
+            handle.seek(index * step)
+            digest.update(handle.read(SAMPLE_BYTES))
+
+
+# -- blobs -------------------------------------------------------------------------------------
+
+
+def find(name: str, folder: Path, cache_dir: str) -> Path | None:
+    for base in (*_profile.blob_dirs, str(folder / BLOB_FOLDER), _local_dir(cache_dir)):
+        if base:
+            candidate = Path(base) / f"{name}.blob"
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _local_dir(cache_dir: str) -> str:
+    return str(Path(cache_dir) / "blobs") if cache_dir else ""
+
+
+def load(core: ov.Core, path: Path, device: str, properties: dict[str, Any]
+         ) -> tuple[ov.CompiledModel, np.memmap] | None:
+    """Import a blob (memory-mapped, copy on write) -> (compiled model, the mapping it reads
+    its weights from: keep it alive as long as the model); None when it does not import."""
+    try:
+        data = np.memmap(path, dtype=np.uint8, mode="c")
+        compiled = core.import_model(ov.Tensor(data, shared_memory=True), device,
+                                     {k: v for k, v in properties.items() if k != "CACHE_DIR"})
+    except (RuntimeError, OSError, ValueError) as exc:
+        log.warning("Compiled blob %s did not import (%s); compiling instead", path, exc)
+        return None
+    return compiled, data
+
+
+def save_later(compiled: ov.CompiledModel, name: str, cache_dir: str) -> threading.Thread | None:
+    """Export to <cache_dir>/blobs/<name>.blob on a background thread (atomic rename)."""
+    folder = _local_dir(cache_dir)
+    if not folder or not _profile.concurrent:
+        return None
+    target = Path(folder) / f"{name}.blob"
+    if target.exists():
+        return None
+
+    def run() -> None:
+        try:
+            write(compiled, name, target.parent)
+        except (RuntimeError, OSError) as exc:
+            log.warning("Could not write compiled blob %s: %s", target, exc)
+
+    thread = threading.Thread(target=run, name=f"export-{name[:8]}", daemon=True)
+    thread.start()
+    return thread
+
+
+def write(compiled: ov.CompiledModel, name: str, folder: Path) -> Path:
+    """Export now to folder/<name>.blob (atomic); for baking blobs into an image or a bucket."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{name}.blob"
+    blob = compiled.export_model()
+    handle, temp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(handle, "wb") as out:
+        out.write(blob.getbuffer() if hasattr(blob, "getbuffer") else blob)
+    os.replace(temp, target)
+    return target
+
+
+def export_manager(manager: Any, folder: Path) -> list[Path]:
+    """Blobs of every AVAILABLE model version a ModelManager serves, into `folder`:
+
+        python -c "from core.config import Settings; from core.manager import ModelManager
+        from core.compiled_cache import export_manager; from pathlib import Path
+        export_manager(ModelManager.start(Settings.from_env()), Path('/opt/ov-blobs'))"
+
+    run with the same OVS_* settings (and OVS_CONCURRENT) as the server, on the same kind of
+    CPU; then serve with OVS_COMPILED_CACHE=/opt/ov-blobs, or upload each blob to the bucket
+    as <model>/<version>/.ov-compiled/<name>.blob."""
+    written = []
+    for served in manager.models.values():
+        for version in served.versions.values():
+            compiled = getattr(version, "_compiled", None)
+            if version.available and compiled is not None and version.blob_key:
+                written.append(write(compiled, version.blob_key, folder))
+    return written

@@ -1,0 +1,121 @@
+"""Compiled blobs (core.compiled_cache): written by a concurrent host, imported by the next
+instance instead of compiling, found in OVS_COMPILED_CACHE or next to the model, keyed so a
+changed model or setting misses, and a broken blob falls back to a compile. Host profile:
+THROUGHPUT streams on concurrent hosts, LATENCY otherwise, plugin_config always wins."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core import compiled_cache
+from core.config import Settings, parse_model_config
+from core.model import ModelVersion
+from demo.models import save, scaler
+
+
+@pytest.fixture(autouse=True)
+def profile() -> Iterator[None]:
+    yield
+    compiled_cache.configure(False)
+
+
+def version(folder: Path, cache: Path, **options: object) -> ModelVersion:
+    config = parse_model_config({"name": "m", "base_path": str(folder.parent), **options}, "m")
+    loaded = ModelVersion(config, 1, folder, str(cache))
+    loaded.load()
+    assert loaded.available, loaded.status
+    return loaded
+
+
+def wait_for_blob(cache: Path) -> Path:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        blobs = list((cache / "blobs").glob("*.blob"))
+        if blobs:
+            return blobs[0]
+        time.sleep(0.05)
+    raise AssertionError("no blob written")
+
+
+def run(loaded: ModelVersion) -> np.ndarray:
+    return loaded.infer({"x": np.ones((2, 4), np.float32)})["y"]
+
+
+def test_concurrent_host_writes_a_blob_the_next_instance_imports(tmp_path: Path) -> None:
+    save(scaler(3.0), tmp_path / "m" / "1")
+    compiled_cache.configure(True)
+    first = version(tmp_path / "m" / "1", tmp_path / "cache")
+    assert first.timings["blob_hit"] == 0.0
+    blob = wait_for_blob(tmp_path / "cache")
+    assert blob.name == f"{first.blob_key}.blob"
+    second = version(tmp_path / "m" / "1", tmp_path / "cache")
+    assert second.timings["blob_hit"] == 1.0
+    np.testing.assert_array_equal(run(second), run(first))
+
+
+def test_one_request_hosts_read_blobs_but_do_not_write(tmp_path: Path) -> None:
+    save(scaler(3.0), tmp_path / "m" / "1")
+    compiled_cache.configure(False)
+    loaded = version(tmp_path / "m" / "1", tmp_path / "cache")
+    baked = compiled_cache.write(loaded._compiled, loaded.blob_key, tmp_path / "baked")
+    time.sleep(0.2)
+    assert not (tmp_path / "cache" / "blobs").exists()
+    compiled_cache.configure(False, [str(baked.parent)])
+    again = version(tmp_path / "m" / "1", tmp_path / "other-cache")
+    assert again.timings["blob_hit"] == 1.0
+    np.testing.assert_array_equal(run(again), np.full((2, 4), 3.0, np.float32))
+
+
+def test_blob_next_to_the_model_is_used(tmp_path: Path) -> None:
+    folder = tmp_path / "m" / "1"
+    save(scaler(5.0), folder)
+    loaded = version(folder, tmp_path / "cache")
+    compiled_cache.write(loaded._compiled, loaded.blob_key, folder / compiled_cache.BLOB_FOLDER)
+    again = version(folder, tmp_path / "cache2")
+    assert again.timings["blob_hit"] == 1.0
+    np.testing.assert_array_equal(run(again), np.full((2, 4), 5.0, np.float32))
+
+
+def test_broken_blob_falls_back_to_a_compile(tmp_path: Path) -> None:
+    folder = tmp_path / "m" / "1"
+    save(scaler(2.0), folder)
+    loaded = version(folder, tmp_path / "cache")
+    (folder / compiled_cache.BLOB_FOLDER).mkdir()
+    (folder / compiled_cache.BLOB_FOLDER / f"{loaded.blob_key}.blob").write_bytes(b"junk" * 99)
+    again = version(folder, tmp_path / "cache")
+    assert again.timings["blob_hit"] == 0.0
+    np.testing.assert_array_equal(run(again), np.full((2, 4), 2.0, np.float32))
+
+
+def test_key_follows_model_files_settings_and_options(tmp_path: Path) -> None:
+    folder = tmp_path / "m" / "1"
+    save(scaler(2.0), folder)
+    base = version(folder, tmp_path / "c").blob_key
+    assert version(folder, tmp_path / "c", nireq=3).blob_key == base  # not a compile input
+    assert version(folder, tmp_path / "c", shape="(3,4)").blob_key != base
+    assert version(folder, tmp_path / "c",
+                   plugin_config={"PERFORMANCE_HINT": "THROUGHPUT"}).blob_key != base
+    save(scaler(7.0), folder)  # same topology, other weights
+    assert version(folder, tmp_path / "c").blob_key != base
+
+
+def test_host_profile_picks_the_hint_and_plugin_config_wins(tmp_path: Path) -> None:
+    folder = tmp_path / "m" / "1"
+    save(scaler(2.0), folder)
+    compiled_cache.configure(True)
+    assert version(folder, tmp_path / "c")._compile_config()["PERFORMANCE_HINT"] == "THROUGHPUT"
+    pinned = version(folder, tmp_path / "c", plugin_config={"PERFORMANCE_HINT": "LATENCY"})
+    assert pinned._compile_config()["PERFORMANCE_HINT"] == "LATENCY"
+    compiled_cache.configure(False)
+    assert version(folder, tmp_path / "c")._compile_config() == {"PERFORMANCE_HINT": "LATENCY"}
+
+
+def test_settings_concurrent_and_blob_folders_from_env() -> None:
+    assert not Settings.from_env({}).concurrent
+    assert Settings.from_env({"OVS_CONCURRENT": "1"}).concurrent
+    assert Settings.from_env({"OVS_COMPILED_CACHE": "/a:/b"}).compiled_cache == ("/a", "/b")
