@@ -159,11 +159,22 @@ def tree(pid: int) -> list[int]:
     return found
 
 
+def _private_kb(pid: int) -> int:
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    return sum(int(line.split()[1]) for line in text.splitlines()
+               if line.startswith(("Private_Clean:", "Private_Dirty:")))
+
+
 def rss_mb(pid: int) -> dict[str, float]:
-    """Current (VmRSS) and peak (VmHWM) resident memory of a process tree, MB."""
-    pids = tree(pid)
-    return {"rss_mb": sum(_status_kb(p, "VmRSS") for p in pids) / 1024,
-            "peak_mb": sum(_status_kb(p, "VmHWM") for p in pids) / 1024}
+    """Resident memory of a process tree, MB: the root's VmRSS plus the private memory of its
+    descendants (pages a forked worker shares with its parent count once), and the peak
+    (sum of VmHWM: an upper bound)."""
+    root, *children = tree(pid)
+    return {"rss_mb": (_status_kb(root, "VmRSS") + sum(map(_private_kb, children))) / 1024,
+            "peak_mb": sum(_status_kb(p, "VmHWM") for p in (root, *children)) / 1024}
 
 
 # -- files -----------------------------------------------------------------------------------
