@@ -20,11 +20,6 @@ class DType:
     tf_enum: int
     ov: str  # openvino Type name (str(ov.Type.f32) == "f32" via get_type_name)
 
-    @property
-    def ovms(self) -> str:
-        """Precision name as OVMS prints it in 'Invalid input precision' messages."""
-        return _OVMS_NAMES.get(self.kserve, self.kserve)
-
 
 ROWS = (
     DType("BOOL", np.dtype(np.bool_), "DT_BOOL", 10, "boolean"),
@@ -42,7 +37,6 @@ ROWS = (
     DType("BYTES", np.dtype(np.object_), "DT_STRING", 7, "string"),
 )
 
-_OVMS_NAMES = {"BYTES": "STRING"}
 
 BY_KSERVE = {row.kserve: row for row in ROWS}
 BY_TF = {row.tf: row for row in ROWS}

@@ -22,6 +22,7 @@ from core.storage.remote import (
     RETRIES,
     RemoteObject,
     RemoteRepository,
+    object_key,
     split_url,
 )
 
@@ -130,6 +131,4 @@ def open_repository(url: str, cache_dir: Path) -> RemoteRepository:
 
 def read_file(url: str) -> bytes:
     container, key = split_url(url, SCHEMES)
-    if not key:
-        raise StorageError(f"Missing object key in {url}")
-    return AzureBackend(container).read(key)
+    return AzureBackend(container).read(object_key(key, url))

@@ -23,6 +23,7 @@ from core.storage.remote import (
     RETRIES,
     RemoteObject,
     RemoteRepository,
+    object_key,
     split_url,
 )
 
@@ -125,6 +126,4 @@ def open_repository(url: str, cache_dir: Path) -> RemoteRepository:
 
 def read_file(url: str) -> bytes:
     bucket, key = split_url(url, SCHEMES)
-    if not key:
-        raise StorageError(f"Missing object key in {url}")
-    return GcsBackend(bucket).read(key)
+    return GcsBackend(bucket).read(object_key(key, url))

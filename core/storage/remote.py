@@ -76,6 +76,13 @@ def split_url(url: str, schemes: Iterable[str]) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
+def object_key(key: str, url: str) -> str:
+    """The key of a single-file URL (a config.json in a bucket); a bare bucket is an error."""
+    if not key:
+        raise StorageError(f"Missing object key in {url}")
+    return key
+
+
 def fingerprint(objects: Iterable[RemoteObject], base: str) -> str:
     digest = hashlib.blake2b(digest_size=10)
     for obj in sorted(objects, key=lambda o: o.key):

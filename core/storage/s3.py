@@ -24,6 +24,7 @@ from core.storage.remote import (
     RETRIES,
     RemoteObject,
     RemoteRepository,
+    object_key,
 )
 
 SCHEMES = ("s3",)
@@ -163,6 +164,4 @@ def open_repository(url: str, cache_dir: Path) -> RemoteRepository:
 
 def read_file(url: str) -> bytes:
     endpoint, bucket, key = parse_url(url)
-    if not key:
-        raise StorageError(f"Missing object key in {url}")
-    return S3Backend(bucket, endpoint).read(key)
+    return S3Backend(bucket, endpoint).read(object_key(key, url))
