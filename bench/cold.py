@@ -100,12 +100,14 @@ def real(cmd: list[str], port: int, http: dict[str, Any], env: dict[str, str],
 def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray,
         repeat: int, s3: dict[str, Any] | None, with_peer: bool,
         variants: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
-    """Every scenario `repeat` times; medians. `variants`: extra Lambda env sets to compare."""
+    """Every scenario `repeat` times, interleaved (round after round of every scenario, so a
+    slow spell of the machine hits all rows alike); medians. `variants`: extra Lambda env
+    sets to compare."""
     request = request_file(root, model, model_file, x)
     http = kserve_binary(model, x)
     local = {"OVS_MODEL_NAME": model, "OVS_MODEL_PATH": str(model_dir),
              "OVS_LOG_LEVEL": "WARNING"}
-    runs: dict[str, list[dict[str, float]]] = {}
+    scenarios: dict[str, Any] = {}
     counter = iter(range(10**6))
 
     def fresh_cache() -> str:
@@ -114,7 +116,7 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
         return str(path)
 
     def add(name: str, fn: Any) -> None:
-        runs[name] = [fn() for _ in range(repeat)]
+        scenarios[name] = fn
 
     add("minimal script", lambda: probe("minimal", request, base_env()))
     lam = {**local, "AWS_LAMBDA_FUNCTION_NAME": "bench"}
@@ -164,11 +166,13 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
         add("minimal script, S3", lambda: probe("minimal-s3", s3_request, base_env(**s3["env"])))
         add("Lambda handler, S3", lambda: probe("lambda", request, base_env(
             **s3_env, OVS_CACHE_DIR=fresh_cache())))
-        if s3.get("before_variants"):
-            s3["before_variants"]()
         for name, extra in (s3.get("variants") or {}).items():
             add(name, lambda extra=extra: probe("lambda", request, base_env(
-                **s3_env, OVS_CACHE_DIR=fresh_cache(), **extra)))
+                **{**s3_env, **extra}, OVS_CACHE_DIR=fresh_cache())))
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in scenarios}
+    for _ in range(repeat):
+        for name, fn in scenarios.items():
+            runs[name].append(fn())
     rows = {name: median_of(items) for name, items in runs.items()}
     return {"rows": rows, "runs": runs}
 

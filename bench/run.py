@@ -145,8 +145,9 @@ def _serve(doc: dict[str, Any], label: str, hint: str, factories: dict[str, case
     print(f"  warm {doc['name']}: {label} ({hint}) done", flush=True)
 
 
-def s3_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
-    """Start moto, upload the model version; (emulator, the s3 dict cold.run takes)."""
+def s3_upload(model_dir: Path, model: str, blob: Path) -> tuple[Any, dict[str, Any]]:
+    """Start moto and upload the model version twice: as is under `<model>/`, and with the
+    compiled blob next to it under `<model>-blob/`; (emulator, the s3 dict cold.run takes)."""
     import boto3
 
     from tests.emulators import MotoS3
@@ -158,11 +159,14 @@ def s3_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
     keys = []
     for path in sorted((model_dir / "1").rglob("*")):
         if path.is_file():
-            key = f"{model}/1/{path.relative_to(model_dir / '1').as_posix()}"
-            client.upload_file(str(path), "models", key)
-            keys.append(key)
+            name = path.relative_to(model_dir / "1").as_posix()
+            keys.append(f"{model}/1/{name}")
+            client.upload_file(str(path), "models", keys[-1])
+            client.upload_file(str(path), "models", f"{model}-blob/1/{name}")
+    client.upload_file(str(blob), "models", f"{model}-blob/1/.ov-compiled/{blob.name}")
     return emulator, {"bucket": "models", "keys": keys, "url": f"s3://models/{model}",
-                      "env": emulator.env, "client": client}
+                      "env": emulator.env, "variants": {"Lambda, S3 + blob in bucket": {
+                          "OVS_MODEL_PATH": f"s3://models/{model}-blob"}}}
 
 
 def make_blob(root: Path, model: str, model_dir: Path) -> Path:
@@ -186,12 +190,10 @@ def run_cold(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload
     emulator = None
     s3 = None
     blob = make_blob(root, model, model_dir)
-    variants = {"Lambda, baked blob": {"OVS_COMPILED_CACHE": str(blob.parent)}}
+    variants = {"Lambda, baked blob": {"OVS_COMPILED_CACHE": str(blob.parent)},
+                "Lambda, openvino with ovc": {"OVS_IMPORT_OVC": "1"}}
     if args.s3:
-        emulator, s3 = s3_upload(model_dir, model)
-        s3["before_variants"] = lambda: s3["client"].upload_file(  # type: ignore[index]
-            str(blob), s3["bucket"], f"{model}/1/.ov-compiled/{blob.name}")
-        s3["variants"] = {"Lambda, S3 + blob in bucket": {}}
+        emulator, s3 = s3_upload(model_dir, model, blob)
     try:
         return {"model": model, **cold.run(root / "cold", model, model_dir, files[model],
                                            inputs[model].x, repeat, s3,

@@ -43,6 +43,14 @@ class VersionPolicy:
 
 
 @dataclass(frozen=True)
+class BatchingConfig:
+    """Server-side dynamic batching of one model (core.batching)."""
+
+    max_batch_size: int = 8
+    window_us: int = 2000
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name: str
     base_path: str
@@ -59,6 +67,7 @@ class ModelConfig:
     max_sequence_number: int = 500
     idle_sequence_cleanup: bool = True
     low_latency_transformation: bool = False
+    dynamic_batching: BatchingConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -102,8 +111,9 @@ class Settings:
                 options[key] = env[f"OVS_{key.upper()}"]
         if "OVS_NIREQ" in env:
             options["nireq"] = _env_int(env, "OVS_NIREQ")
-        if "OVS_PLUGIN_CONFIG" in env:
-            options["plugin_config"] = _json_env(env, "OVS_PLUGIN_CONFIG")
+        for key in ("plugin_config", "dynamic_batching"):
+            if f"OVS_{key.upper()}" in env:
+                options[key] = _json_env(env, f"OVS_{key.upper()}")
         if isinstance(options.get("model_version_policy"), str):
             options["model_version_policy"] = _json_env(env, "OVS_MODEL_VERSION_POLICY")
         on_lambda = "AWS_LAMBDA_FUNCTION_NAME" in env
@@ -175,7 +185,7 @@ _TOP_KEYS = {"model_config_list", "pipeline_config_list", "custom_node_library_c
 _MODEL_KEYS = {"name", "base_path", "batch_size", "shape", "layout", "model_version_policy",
                "nireq", "target_device", "plugin_config", "allow_cache", "color_format",
                "stateful", "max_sequence_number", "idle_sequence_cleanup",
-               "low_latency_transformation"}
+               "low_latency_transformation", "dynamic_batching"}
 
 
 def load_config_file(path: str) -> ServerConfig:
@@ -231,6 +241,8 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
     base_path = entry.get("base_path")
     if not isinstance(base_path, str) or not base_path:
         raise ConfigError(f"{path}.base_path: required, a path or bucket URL")
+    if entry.get("stateful") is True and entry.get("dynamic_batching") is not None:
+        raise ConfigError(f"{path}.dynamic_batching: not available for stateful models")
     try:
         return ModelConfig(
             name=name,
@@ -254,6 +266,7 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
                                         f"{path}.idle_sequence_cleanup"),
             low_latency_transformation=_bool(entry.get("low_latency_transformation", False),
                                              f"{path}.low_latency_transformation"),
+            dynamic_batching=_batching(entry.get("dynamic_batching"), f"{path}.dynamic_batching"),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -361,6 +374,19 @@ def _layout(value: Any, path: str) -> str | dict[str, str] | None:
     if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
         return dict(value)
     raise ConfigError(f"{path}: expected a layout string or a map of input name to layout")
+
+
+def _batching(value: Any, path: str) -> BatchingConfig | None:
+    """{"max_batch_size": N >= 2, "window_us": microseconds}; null or absent: off."""
+    if value is None:
+        return None
+    _require_object(value, path)
+    _reject_unknown(value, {"max_batch_size", "window_us"}, path)
+    default = BatchingConfig()
+    return BatchingConfig(
+        _int(value.get("max_batch_size", default.max_batch_size), f"{path}.max_batch_size",
+             minimum=2),
+        _int(value.get("window_us", default.window_us), f"{path}.window_us", minimum=0))
 
 
 def _plugin_config(value: Any, path: str) -> dict[str, Any]:

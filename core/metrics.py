@@ -1,56 +1,157 @@
 """Prometheus metrics with OVMS's names (ovms_requests_success, ovms_request_time_us, ...).
 
-prometheus-client would expose counters as `<name>_total` plus `<name>_created`; OVMS exposes
-`ovms_requests_success` as is, so `exposition()` writes the text format itself from the
-registry's families: counters under their bare name, no `_created` samples, and the `version`
-label left out where it is empty (status/ready, as in OVMS's docs/metrics_output.out).
-Cold-start stage durations (`ov_serverless_cold_start_seconds`) are read from the manager's and
-each model version's `timings` at scrape time, so loading code needs no metrics hook.
+A small in-house registry instead of prometheus-client: that package's import (http.server,
+wsgiref, urllib for its push gateway) cost 27 ms of every cold start, and its counters would be
+exposed as `<name>_total` plus `<name>_created` where OVMS exposes `ovms_requests_success` as
+is. `exposition()` writes the text format 0.0.4: counters under their bare name, and the
+`version` label left out where it is empty (status/ready, as in OVMS's
+docs/metrics_output.out). Cold-start stage durations (`ov_serverless_cold_start_seconds`) are
+read from the manager's and each model version's `timings` at scrape time, so loading code
+needs no metrics hook.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import Metric
-from prometheus_client.utils import floatToGoString
 
 from core.errors import ModelNotFoundError
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Value:
+    """One counter or gauge sample."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self._lock = threading.Lock()
+
+    def inc(self, amount: float = 1.0) -> None:
+        with self._lock:
+            self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.inc(-amount)
+
+    def set(self, value: float) -> None:
+        self.value = float(value)
+
+    def samples(self, name: str, labels: dict[str, str]) -> Iterator[tuple[str, dict, float]]:
+        yield name, labels, self.value
+
+
+class Buckets:
+    """One histogram: cumulative bucket counts, count and sum, as Prometheus exposes them."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        index = bisect.bisect_left(self.bounds, value)
+        with self._lock:
+            self.counts[index] += 1
+            self.sum += value
+
+    def samples(self, name: str, labels: dict[str, str]) -> Iterator[tuple[str, dict, float]]:
+        with self._lock:
+            counts, total = list(self.counts), self.sum
+        running = 0
+        for bound, count in zip((*self.bounds, math.inf), counts, strict=True):
+            running += count
+            yield f"{name}_bucket", {**labels, "le": _number(bound)}, running
+        yield f"{name}_count", labels, running
+        yield f"{name}_sum", labels, total
+
+
+class Family:
+    """A metric name with its label names; `labels(*values)` is the sample to update."""
+
+    def __init__(self, kind: str, name: str, documentation: str,
+                 labelnames: tuple[str, ...] = (), buckets: tuple[float, ...] = (),
+                 registry: list[Family] | None = None) -> None:
+        self.kind, self.name, self.documentation = kind, name, documentation
+        self.labelnames = labelnames
+        self._buckets = tuple(float(b) for b in buckets)
+        self._children: dict[tuple[str, ...], Any] = {}
+        self._lock = threading.Lock()
+        if not labelnames:
+            self._children[()] = self._new()
+        (REGISTRY if registry is None else registry).append(self)
+
+    def _new(self) -> Any:
+        return Buckets(self._buckets) if self.kind == "histogram" else Value()
+
+    def labels(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}")
+            with self._lock:
+                child = self._children.setdefault(values, self._new())
+        return child
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.labels().inc(amount)
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.labels().dec(amount)
+
+    def samples(self) -> Iterator[tuple[str, dict, float]]:
+        for values, child in list(self._children.items()):
+            yield from child.samples(self.name, dict(zip(self.labelnames, values, strict=True)))
+
+
+def Counter(name: str, documentation: str, labelnames: tuple[str, ...] = (),  # noqa: N802
+            registry: list[Family] | None = None) -> Family:
+    return Family("counter", name, documentation, labelnames, registry=registry)
+
+
+def Gauge(name: str, documentation: str, labelnames: tuple[str, ...] = (),  # noqa: N802
+          registry: list[Family] | None = None) -> Family:
+    return Family("gauge", name, documentation, labelnames, registry=registry)
+
+
+def Histogram(name: str, documentation: str, labelnames: tuple[str, ...],  # noqa: N802
+              buckets: tuple[float, ...], registry: list[Family] | None = None) -> Family:
+    return Family("histogram", name, documentation, labelnames, buckets, registry)
+
+
+REGISTRY: list[Family] = []
 _LABELS = ("api", "interface", "method", "name", "version")
 _BUCKETS_US = (100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
                1000000, 2500000, 5000000, 10000000)
 
-REQUESTS_SUCCESS = Counter("ovms_requests_success", "Number of successful requests",
-                           _LABELS, registry=REGISTRY)
-REQUESTS_FAIL = Counter("ovms_requests_fail", "Number of failed requests", _LABELS,
-                        registry=REGISTRY)
+REQUESTS_SUCCESS = Counter("ovms_requests_success", "Number of successful requests", _LABELS)
+REQUESTS_FAIL = Counter("ovms_requests_fail", "Number of failed requests", _LABELS)
 REQUEST_TIME = Histogram("ovms_request_time_us", "Processing time of requests to a model",
-                         ("api", "interface", "name", "version"), buckets=_BUCKETS_US,
-                         registry=REGISTRY)
+                         ("api", "interface", "name", "version"), _BUCKETS_US)
 INFERENCE_TIME = Histogram("ovms_inference_time_us", "Inference execution time in the model",
-                           ("name", "version"), buckets=_BUCKETS_US, registry=REGISTRY)
+                           ("name", "version"), _BUCKETS_US)
 WAIT_FOR_INFER_REQ = Histogram("ovms_wait_for_infer_req_time_us",
                                "Time a request waited for a free infer request",
-                               ("name", "version"), buckets=_BUCKETS_US, registry=REGISTRY)
-STREAMS = Gauge("ovms_streams", "Number of OpenVINO execution streams", ("name", "version"),
-                registry=REGISTRY)
+                               ("name", "version"), _BUCKETS_US)
+STREAMS = Gauge("ovms_streams", "Number of OpenVINO execution streams", ("name", "version"))
 INFER_REQ_QUEUE_SIZE = Gauge("ovms_infer_req_queue_size", "Infer request pool size (nireq)",
-                             ("name", "version"), registry=REGISTRY)
-INFER_REQ_ACTIVE = Gauge("ovms_infer_req_active", "Infer requests in use", ("name", "version"),
-                         registry=REGISTRY)
-CURRENT_REQUESTS = Gauge("ovms_current_requests", "Number of requests being processed",
-                         registry=REGISTRY)
+                             ("name", "version"))
+INFER_REQ_ACTIVE = Gauge("ovms_infer_req_active", "Infer requests in use", ("name", "version"))
+CURRENT_REQUESTS = Gauge("ovms_current_requests", "Number of requests being processed")
+BATCH_SIZE = Histogram("ov_serverless_batch_size",
+                       "Rows per inference of a dynamically batched model",
+                       ("name", "version"), (1, 2, 4, 8, 16, 32, 64, 128))
 COLD_START = Gauge("ov_serverless_cold_start_seconds",
                    "Cold-start stage durations (manager: config_apply_s; per version: read_s, "
-                   "compile_s)", ("stage", "name", "version"), registry=REGISTRY)
+                   "compile_s)", ("stage", "name", "version"))
 
 
 class Track:
@@ -113,24 +214,26 @@ def exposition(manager: Any = None) -> tuple[bytes, str]:
     """The Prometheus text format of every metric, with OVMS's exact sample names."""
     if manager is not None:
         record_timings(manager)
-    return render(REGISTRY.collect()), CONTENT_TYPE_LATEST
+    return render(REGISTRY), CONTENT_TYPE
 
 
-def render(families: Iterable[Metric]) -> bytes:
+def render(families: Iterable[Family]) -> bytes:
     lines: list[str] = []
     for family in families:
-        samples = [s for s in family.samples if not s.name.endswith("_created")]
         lines.append(f"# HELP {family.name} {_escape_help(family.documentation)}")
-        lines.append(f"# TYPE {family.name} {family.type}")
-        for sample in samples:
-            name = sample.name
-            if family.type == "counter" and name == family.name + "_total":
-                name = family.name
-            labels = {k: v for k, v in sample.labels.items() if not (k == "version" and v == "")}
-            text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
-            lines.append(f"{name}{{{text}}} {floatToGoString(sample.value)}" if text
-                         else f"{name} {floatToGoString(sample.value)}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        for name, labels, value in family.samples():
+            text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items()
+                            if not (k == "version" and v == ""))
+            lines.append(f"{name}{{{text}}} {_number(value)}" if text
+                         else f"{name} {_number(value)}")
     return ("\n".join(lines) + "\n").encode()
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
 
 
 def _escape_help(text: str) -> str:

@@ -22,7 +22,8 @@ import numpy as np
 import openvino as ov
 
 from core import metrics, tensors
-from core.config import ModelConfig
+from core.batching import Batcher
+from core.config import BatchingConfig, ModelConfig
 from core.errors import ModelNotReadyError, PreconditionError, ServingError
 from core.shapes import ANY, Dim, Dims
 from core.signature import Inputs, TensorSpec, validate
@@ -100,6 +101,7 @@ class ModelVersion:
         self._output_names: list[str] = []  # served names in model output order
         self._compiled: ov.CompiledModel | None = None
         self._pool: queue.Queue[ov.InferRequest] = queue.Queue()
+        self._batcher: Batcher | None = None
         self._inflight = 0
         self._idle = threading.Condition()
 
@@ -138,6 +140,9 @@ class ModelVersion:
         time.sleep(grace)
         with self._idle:
             self._idle.wait_for(lambda: self._inflight == 0, timeout=300)
+            if self._batcher is not None:
+                self._batcher.close()
+                self._batcher = None
             self._compiled = None
             self._pool = queue.Queue()
             self._set(Status(State.END))
@@ -212,6 +217,20 @@ class ModelVersion:
         self._active_metric = metrics.INFER_REQ_ACTIVE.labels(*labels)
         metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).set(max(size, 1))
         metrics.STREAMS.labels(*labels).set(streams)
+        if self.config.dynamic_batching is not None:
+            self._start_batching(self.config.dynamic_batching)
+
+    def _start_batching(self, config: BatchingConfig) -> None:
+        fixed = [spec.name for spec in (*self.inputs.values(), *self.outputs.values())
+                 if spec.dims == (ANY,) or not _dynamic(spec.dims[0])]
+        if fixed:
+            raise ServingError(
+                f"dynamic_batching needs a dynamic dim 0 on every input and output (set "
+                f"batch_size: -1 or a shape); fixed or unknown rank: {', '.join(fixed)}")
+        rows = metrics.BATCH_SIZE.labels(self.name, str(self.version))
+        self._batcher = Batcher(config, self._pool, self._infer_on, self.name,
+                                lambda seconds: self._wait_metric.observe(seconds * 1e6),
+                                rows.observe)
 
     def _describe(self, model: ov.Model, aliases: Any) -> None:
         for port in model.inputs:
@@ -269,16 +288,24 @@ class ModelVersion:
                 self._idle.notify_all()
 
     def _run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._batcher is not None:
+            return self._batcher.infer(feed)
         waited = time.perf_counter()
         request = self._pool.get()
         self._wait_metric.observe((time.perf_counter() - waited) * 1e6)
+        try:
+            return self._infer_on(request, feed)
+        finally:
+            self._pool.put(request)
+
+    def _infer_on(self, request: ov.InferRequest, feed: dict[str, np.ndarray]
+                  ) -> dict[str, np.ndarray]:
         self._active_metric.inc()
         try:
             results = request.infer(feed, share_inputs=True, share_outputs=False)
         except RuntimeError as exc:
             raise PreconditionError(f"Inference failed: {exc}") from None
         finally:
-            self._pool.put(request)
             self._active_metric.dec()
         return {name: np.asarray(value) for name, value in
                 zip(self._output_names, results.to_tuple(), strict=True)}
@@ -308,6 +335,10 @@ def _spec(name: str, port: ov.Output) -> TensorSpec:
     if hasattr(node, "get_layout"):
         layout = _layout_text(node.get_layout())
     return TensorSpec(name, tensors.from_ov(port.get_element_type().get_type_name()), dims, layout)
+
+
+def _dynamic(dim: Dim) -> bool:
+    return dim == ANY or dim[0] != dim[1]
 
 
 def _dim(dim: ov.Dimension) -> Dim:

@@ -17,7 +17,7 @@ from core.config import Settings
 
 DEMO_ROOT = Path(os.environ.get("OVS_DEMO_DIR", Path.home() / ".cache" / "ov-serverless" / "demo"))
 _MODEL_FLAGS = ("batch_size", "shape", "layout", "target_device", "nireq", "plugin_config",
-                "model_version_policy")
+                "model_version_policy", "dynamic_batching")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +104,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _decode_json_flags(options: dict[str, Any]) -> dict[str, Any]:
     import orjson
 
-    for key in ("plugin_config", "model_version_policy"):
+    for key in ("plugin_config", "model_version_policy", "dynamic_batching"):
         if key in options:
             options[key] = orjson.loads(options[key])
     return options

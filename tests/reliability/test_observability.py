@@ -53,13 +53,22 @@ def test_exposition_uses_ovms_names(limited: RunningServer) -> None:
         assert line.startswith("#") or re.match(r"^[a-z_]+(\{.*\})? \S+$", line), line
 
 
-def test_render_escapes_label_values() -> None:
-    from prometheus_client import CollectorRegistry, Counter
+def test_histogram_buckets_are_cumulative() -> None:
+    registry: list[metrics.Family] = []
+    histogram = metrics.Histogram("ovms_t", "t", ("name",), (10, 100), registry=registry)
+    for value in (5, 10, 50, 500):
+        histogram.labels("m").observe(value)
+    assert metrics.render(registry).decode().splitlines()[2:] == [
+        'ovms_t_bucket{name="m",le="10.0"} 2.0', 'ovms_t_bucket{name="m",le="100.0"} 3.0',
+        'ovms_t_bucket{name="m",le="+Inf"} 4.0', 'ovms_t_count{name="m"} 4.0',
+        'ovms_t_sum{name="m"} 565.0']
 
-    registry = CollectorRegistry()
-    counter = Counter("ovms_x", "help\nline", ("name", "version"), registry=registry)
+
+def test_render_escapes_label_values() -> None:
+    registry: list[metrics.Family] = []
+    counter = metrics.Counter("ovms_x", "help\nline", ("name", "version"), registry=registry)
     counter.labels('a"b\\c\nd', "").inc(2)
-    assert metrics.render(registry.collect()).decode().splitlines() == [
+    assert metrics.render(registry).decode().splitlines() == [
         "# HELP ovms_x help\\nline", "# TYPE ovms_x counter", 'ovms_x{name="a\\"b\\\\c\\nd"} 2.0']
 
 

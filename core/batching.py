@@ -1,0 +1,149 @@
+"""Server-side dynamic batching: requests that arrive within a short window run as one batch.
+
+Opt-in per model (`"dynamic_batching": {"max_batch_size": 8, "window_us": 2000}` in
+config.json, OVS_MAX_BATCH_SIZE / OVS_BATCH_WINDOW_US for a single model), for models whose
+inputs and outputs all have a dynamic dim 0. One collector thread waits for a free
+InferRequest, takes the oldest waiting request, and adds every request that arrives within
+the window and has the same shape (but for dim 0) and dtypes, up to max_batch_size rows; the
+batch then runs on a worker thread, and each caller gets its own rows back. While every
+InferRequest is busy, requests queue up, so batches grow with load and stay at one request
+when the host is idle (the window is then the whole cost: keep it well under an inference).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core.config import BatchingConfig
+from core.errors import PreconditionError
+
+Feed = dict[str, np.ndarray]
+Outputs = dict[str, np.ndarray]
+Run = Callable[[Any, Feed], Outputs]  # (InferRequest, feed) -> outputs
+
+
+@dataclass
+class _Item:
+    feed: Feed
+    rows: int
+    key: tuple[object, ...]
+    queued: float = field(default_factory=time.perf_counter)
+    done: futures.Future[Outputs] = field(default_factory=futures.Future)
+
+
+def batch_key(feed: Feed) -> tuple[object, ...]:
+    """Requests with equal keys can be concatenated along dim 0."""
+    return tuple((name, array.shape[1:], array.dtype.str) for name, array in sorted(feed.items()))
+
+
+class Batcher:
+    def __init__(self, config: BatchingConfig, pool: queue.Queue[Any], run: Run,
+                 name: str, on_wait: Callable[[float], None] = lambda seconds: None,
+                 on_batch: Callable[[int], None] = lambda rows: None) -> None:
+        self.config = config
+        self._pool = pool
+        self._run = run
+        self._on_wait = on_wait
+        self._on_batch = on_batch
+        self._pending: queue.Queue[_Item | None] = queue.Queue()
+        self._held: _Item | None = None  # taken but did not fit the last batch
+        self._workers = futures.ThreadPoolExecutor(pool.qsize() or 1,
+                                                   thread_name_prefix=f"batch-{name}")
+        self._thread = threading.Thread(target=self._collect, name=f"batcher-{name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def infer(self, feed: Feed) -> Outputs:
+        rows = {len(array) for array in feed.values()}
+        if len(rows) != 1 or not rows.issubset(range(1, self.config.max_batch_size + 1)):
+            return self._alone(feed)
+        item = _Item(feed, rows.pop(), batch_key(feed))
+        self._pending.put(item)
+        return item.done.result()
+
+    def close(self) -> None:
+        """Stop collecting (after in-flight requests finished) and end the threads."""
+        self._pending.put(None)
+        self._thread.join(timeout=10)
+        self._workers.shutdown(wait=True)
+
+    def _alone(self, feed: Feed) -> Outputs:
+        """Dim 0 differs between inputs or exceeds max_batch_size: run it as it came."""
+        request = self._pool.get()
+        try:
+            return self._run(request, feed)
+        finally:
+            self._pool.put(request)
+
+    def _collect(self) -> None:
+        while True:
+            request = self._pool.get()
+            first = self._held or self._pending.get()
+            self._held = None
+            if first is None:
+                self._pool.put(request)
+                return
+            batch = self._fill([first])
+            self._workers.submit(self._dispatch, request, batch)
+
+    def _fill(self, batch: list[_Item]) -> list[_Item]:
+        rows = batch[0].rows
+        deadline = time.perf_counter() + self.config.window_us / 1e6
+        while rows < self.config.max_batch_size:
+            try:
+                item = self._pending.get(timeout=max(0.0, deadline - time.perf_counter()))
+            except queue.Empty:
+                break
+            if item is None:  # closing: let the collector see it next
+                self._pending.put(None)
+                break
+            if item.key != batch[0].key or rows + item.rows > self.config.max_batch_size:
+                self._held = item
+                break
+            batch.append(item)
+            rows += item.rows
+        return batch
+
+    def _dispatch(self, request: Any, batch: list[_Item]) -> None:
+        started = time.perf_counter()
+        for item in batch:
+            self._on_wait(started - item.queued)
+        self._on_batch(sum(item.rows for item in batch))
+        try:
+            if len(batch) == 1:
+                outputs = self._run(request, batch[0].feed)
+            else:
+                feed = {name: np.concatenate([item.feed[name] for item in batch])
+                        for name in batch[0].feed}
+                outputs = self._run(request, feed)
+            _split(batch, outputs)
+        except BaseException as exc:  # every caller of the batch gets the failure
+            for item in batch:
+                if not item.done.done():
+                    item.done.set_exception(exc)
+        finally:
+            self._pool.put(request)
+
+
+def _split(batch: list[_Item], outputs: Outputs) -> None:
+    if len(batch) == 1:
+        batch[0].done.set_result(outputs)
+        return
+    total = sum(item.rows for item in batch)
+    for name, value in outputs.items():
+        if value.ndim == 0 or len(value) != total:
+            raise PreconditionError(
+                f"Dynamic batching: output {name} has shape {value.shape}, not {total} rows")
+    start = 0
+    for item in batch:
+        end = start + item.rows
+        item.done.set_result({name: value[start:end].copy() for name, value in outputs.items()})
+        start = end

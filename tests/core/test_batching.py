@@ -1,0 +1,160 @@
+"""Server-side dynamic batching: concurrent requests that arrive within the window run as one
+inference, every caller gets exactly its own rows, shapes that cannot be stacked never are,
+and a model that cannot be batched says so in its status."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from core import metrics
+from core.api import App, make_request
+from core.config import BatchingConfig, Settings, parse_config
+from core.errors import ConfigError
+from core.manager import ModelManager
+from demo.models import scaler
+from tests.core.helpers import save_ir, write_config
+from tests.reliability.helpers import metric_value
+
+WINDOW = {"max_batch_size": 4, "window_us": 200_000}  # wide: the threads surely meet in it
+
+
+def _app(tmp_path: Path, name: str, shape: tuple[int, ...], batching: object) -> App:
+    save_ir(scaler(2.0, shape), tmp_path / name / "1")
+    config = write_config(tmp_path / "config.json", [
+        {"name": name, "base_path": str(tmp_path / name), "dynamic_batching": batching}])
+    settings = Settings(config_path=str(config), concurrent=True)
+    return App(ModelManager.start(settings), settings)
+
+
+def _predict(app: App, name: str, x: np.ndarray) -> tuple[int, object]:
+    body = orjson.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                                     "data": x.reshape(-1).tolist()}]})
+    response = app.handle(make_request("POST", f"/v2/models/{name}/infer", body))
+    return response.status, json.loads(response.body)
+
+
+def _at_once(app: App, name: str, inputs: list[np.ndarray]) -> list[tuple[int, object]]:
+    results: list[tuple[int, object]] = [(0, None)] * len(inputs)
+    start = threading.Barrier(len(inputs))
+
+    def send(index: int) -> None:
+        start.wait()
+        results[index] = _predict(app, name, inputs[index])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(inputs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return results
+
+
+def _rows(doc: object) -> np.ndarray:
+    (output,) = doc["outputs"]  # type: ignore[index]
+    return np.array(output["data"], np.float32).reshape(output["shape"])
+
+
+def _batches(name: str) -> tuple[float, float]:
+    text = metrics.exposition()[0].decode()
+    return (metric_value(text, "ov_serverless_batch_size_count", name=name, version="1"),
+            metric_value(text, "ov_serverless_batch_size_sum", name=name, version="1"))
+
+
+def test_concurrent_requests_share_one_inference_and_get_their_own_rows(tmp_path: Path
+                                                                         ) -> None:
+    app = _app(tmp_path, "batched", (-1, 4), WINDOW)
+    inputs = [np.full((1, 4), i, np.float32) for i in range(4)]
+    results = _at_once(app, "batched", inputs)
+    for x, (status, doc) in zip(inputs, results, strict=True):
+        assert status == 200, doc
+        np.testing.assert_array_equal(_rows(doc), x * 2)
+    count, rows = _batches("batched")
+    assert rows == 4
+    assert count < 4  # fewer inferences than requests
+
+
+def test_requests_of_several_rows_are_split_back_by_their_size(tmp_path: Path) -> None:
+    app = _app(tmp_path, "rows", (-1, 4), {"max_batch_size": 8, "window_us": 200_000})
+    inputs = [np.arange(4 * n, dtype=np.float32).reshape(n, 4) + 100 * n for n in (1, 2, 3)]
+    for x, (status, doc) in zip(inputs, _at_once(app, "rows", inputs), strict=True):
+        assert status == 200, doc
+        np.testing.assert_array_equal(_rows(doc), x * 2)
+
+
+def test_shapes_that_cannot_stack_run_separately(tmp_path: Path) -> None:
+    app = _app(tmp_path, "ragged", (-1, -1), WINDOW)
+    inputs = [np.ones((1, 4), np.float32), np.ones((1, 5), np.float32) * 3]
+    for x, (status, doc) in zip(inputs, _at_once(app, "ragged", inputs), strict=True):
+        assert status == 200, doc
+        np.testing.assert_array_equal(_rows(doc), x * 2)
+
+
+def test_a_request_bigger_than_max_batch_size_runs_alone(tmp_path: Path) -> None:
+    app = _app(tmp_path, "big", (-1, 4), {"max_batch_size": 2, "window_us": 0})
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    status, doc = _predict(app, "big", x)
+    assert status == 200, doc
+    np.testing.assert_array_equal(_rows(doc), x * 2)
+
+
+def test_bad_input_is_still_rejected_per_request(tmp_path: Path) -> None:
+    app = _app(tmp_path, "checked", (-1, 4), WINDOW)
+    status, doc = _predict(app, "checked", np.ones((1, 3), np.float32))
+    assert status == 400
+    assert "Invalid input shape" in doc["error"]  # type: ignore[index]
+    status, _ = _predict(app, "checked", np.ones((1, 4), np.float32))
+    assert status == 200
+
+
+def test_a_fixed_batch_model_fails_to_load_with_the_reason(tmp_path: Path) -> None:
+    app = _app(tmp_path, "fixed", (1, 4), WINDOW)
+    response = app.handle(make_request("GET", "/v1/models/fixed"))
+    (version,) = json.loads(response.body)["model_version_status"]
+    assert version["status"]["error_code"] == "UNKNOWN"
+    assert "dynamic_batching needs a dynamic dim 0" in version["status"]["error_message"]
+
+
+def test_retiring_a_batched_version_stops_its_threads(tmp_path: Path) -> None:
+    app = _app(tmp_path, "retired", (-1, 4), WINDOW)
+    version = app.manager.get("retired", None)
+    before = {t.name for t in threading.enumerate()}
+    assert any(name.startswith("batcher-retired") for name in before)
+    version.retire(grace=0)
+    assert not any(t.name.startswith("batcher-retired") for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("value,message", [
+    ({"max_batch_size": 1}, "max_batch_size"),
+    ({"window_us": -5}, "window_us"),
+    ({"max_batch": 4}, "max_batch"),
+    ([4], "dynamic_batching"),
+])
+def test_bad_batching_config_is_a_config_error(value: object, message: str) -> None:
+    doc = {"model_config_list": [{"config": {"name": "m", "base_path": "/m",
+                                             "dynamic_batching": value}}]}
+    with pytest.raises(ConfigError, match=message):
+        parse_config(json.dumps(doc).encode())
+
+
+def test_batching_config_from_file_and_env() -> None:
+    doc = {"model_config_list": [{"config": {"name": "m", "base_path": "/m",
+                                             "dynamic_batching": {"max_batch_size": 16}}}]}
+    (model,) = parse_config(json.dumps(doc).encode()).models
+    assert model.dynamic_batching == BatchingConfig(16, 2000)
+    settings = Settings.from_env({"OVS_MODEL_PATH": "/m", "OVS_DYNAMIC_BATCHING":
+                                  '{"max_batch_size": 4, "window_us": 500}'})
+    (model,) = settings.server_config().models
+    assert model.dynamic_batching == BatchingConfig(4, 500)
+
+
+def test_stateful_models_cannot_be_batched() -> None:
+    doc = {"model_config_list": [{"config": {"name": "m", "base_path": "/m", "stateful": True,
+                                             "dynamic_batching": {}}}]}
+    with pytest.raises(ConfigError, match="stateful"):
+        parse_config(json.dumps(doc).encode())
