@@ -104,6 +104,21 @@ def one_client(call: Call, count: int, warmup: int = 5) -> Row:
     return {**summary(times), "rps": len(times) / sum(times), "n": len(times)}
 
 
+def paired(call: Call, raw_call: Call, count: int, blocks: int = 5) -> tuple[Row, Row]:
+    """`call` and the raw baseline in alternating blocks of count/blocks calls, so a slow
+    spell of the machine slows both alike; (served row, raw row)."""
+    size = max(1, count // blocks)
+    latencies(raw_call, 0, warmup=5)
+    latencies(call, 0, warmup=5)
+    served: list[float] = []
+    raw: list[float] = []
+    for _ in range(blocks):
+        raw += latencies(raw_call, size, warmup=0)
+        served += latencies(call, size, warmup=0)
+    return ({**summary(served), "rps": len(served) / sum(served), "n": len(served)},
+            {**summary(raw), "rps": len(raw) / sum(raw), "n": len(raw)})
+
+
 def many_clients(factory: Callable[[], Call], clients: int, count: int) -> Row:
     """`clients` threads, each with its own connection (`factory()`), `count` calls each."""
     barrier = threading.Barrier(clients + 1)

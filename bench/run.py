@@ -83,7 +83,7 @@ def run_warm(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload
     for name, xml in files.items():
         count, per_client = counts(name, args.quick)
         results[name] = {"name": name, "servers": {}, "raw": warm.raw_baselines(
-            xml, inputs[name].x, count, args.clients, args.clients * per_client * 2)}
+            name, xml, inputs[name].x, count, args.clients, args.clients * per_client * 2)}
     config = root / "repo" / "config.json"
     servers: list[tuple[str, str, dict[str, str], Path, tuple[str, ...]]] = [
         ("ov-serverless", "THROUGHPUT", {}, config, cases.ALL_CASES)]  # `serve`: concurrent
@@ -122,7 +122,8 @@ def ab_variants(root: Path, files: dict[str, Path]
                 ) -> list[tuple[str, str, dict[str, str], Path, tuple[str, ...]]]:
     """--ab: the server without one optimisation each, for before/after numbers.
       no simdjson   the JSON cases on the orjson path (simdjson hidden from the server)
-      nireq=2       OpenVINO's optimal nireq (= streams) instead of 2 per stream"""
+      nireq=2       OpenVINO's optimal nireq (= streams) instead of 2 per stream
+      batching      with dynamic batching (opt-in; batch_size -1, up to 8 rows, 1 ms window)"""
     shadow = root / "no-simdjson"
     shadow.mkdir(exist_ok=True)
     (shadow / "simdjson.py").write_text('raise ImportError("hidden for the A/B bench")\n')
@@ -130,17 +131,25 @@ def ab_variants(root: Path, files: dict[str, Path]
     entries = ",\n".join(f'  {{"config": {{"name": "{n}", "base_path": "{n}", "nireq": 2}}}}'
                          for n in files)
     config.write_text(f'{{"model_config_list": [\n{entries}\n]}}\n')
+    batched = root / "repo" / "config-batching.json"
+    entries = ",\n".join(
+        f'  {{"config": {{"name": "{n}", "base_path": "{n}", "batch_size": -1, '
+        '"dynamic_batching": {"max_batch_size": 8, "window_us": 1000}}}' for n in files)
+    batched.write_text(f'{{"model_config_list": [\n{entries}\n]}}\n')
     json_cases = (cases.REST_TFS_JSON, cases.REST_KSERVE_JSON)
+    binary_cases = (cases.REST_KSERVE_BINARY, cases.GRPC_KSERVE)
     return [("no simdjson", "THROUGHPUT", {"PYTHONPATH": str(shadow)},
              root / "repo" / "config.json", json_cases),
-            ("nireq=2", "THROUGHPUT", {}, config, (cases.REST_KSERVE_BINARY, cases.GRPC_KSERVE))]
+            ("nireq=2", "THROUGHPUT", {}, config, binary_cases),
+            ("batching", "THROUGHPUT", {}, batched, binary_cases)]
 
 
 def _serve(doc: dict[str, Any], label: str, hint: str, factories: dict[str, cases.Factory],
            args: argparse.Namespace) -> None:
     count, per_client = counts(doc["name"], args.quick)
-    rows = warm.serve_cases(factories, count, args.clients, per_client)
-    warm.add_ratios(rows, doc["raw"][hint], args.clients)
+    rows = warm.serve_cases(factories, count, args.clients, per_client,
+                            warm.RAW_CALLS[(doc["name"], hint)])
+    warm.add_ratios(rows, doc["raw"], hint, args.clients)
     doc["servers"][f"{label} {hint[0]}"] = {"server": label, "hint": hint, "cases": rows}
     print(f"  warm {doc['name']}: {label} ({hint}) done", flush=True)
 
@@ -226,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = {name: cases.Payload(name, rng.random((1, 3, 224, 224), dtype=np.float32), jpeg)
               for name in files}
     doc: dict[str, Any] = {"machine": machine(), "clients": args.clients,
-                           "quick": args.quick}
+                           "quick": args.quick, "argv": list(argv or sys.argv[1:])}
     print(f"bench in {root}", flush=True)
     if args.warm:
         doc["warm"] = run_warm(root, files, inputs, args)

@@ -114,16 +114,17 @@ def _fast(doc: Any, text: bytes) -> dict[str, Any] | None:
     return out
 
 
-def _split(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
+def _split(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
+    """(JSON header, binary tensors); the tensors stay a view of the body (no copy)."""
     if header_length is None:
-        return body, b""
+        return body, memoryview(b"")
     text = header_length.strip()
     if not (text.isascii() and text.isdigit() and len(text) <= 18) or int(text) > len(body):
         raise InvalidInputError(
             "Inference-Header-Content-Length header is invalid and couldn't be parsed"
         )
     cut = int(text)
-    return body[:cut], body[cut:]
+    return body[:cut], memoryview(body)[cut:]
 
 
 def _id(value: Any) -> str | None:
@@ -131,8 +132,8 @@ def _id(value: Any) -> str | None:
 
 
 class _BinaryReader:
-    def __init__(self, data: bytes) -> None:
-        self.view = memoryview(data)
+    def __init__(self, data: memoryview) -> None:
+        self.view = data
         self.offset = 0
 
     @property
