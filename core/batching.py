@@ -91,8 +91,13 @@ class Batcher:
             if first is None:
                 self._pool.put(request)
                 return
-            batch = self._fill([first])
-            self._workers.submit(self._dispatch, request, batch)
+            batch = [first]
+            try:
+                batch = self._fill(batch)
+                self._workers.submit(self._dispatch, request, batch)
+            except Exception as exc:  # never leave callers waiting on a dead collector
+                _fail(batch, exc)
+                self._pool.put(request)
 
     def _fill(self, batch: list[_Item]) -> list[_Item]:
         rows = batch[0].rows
@@ -126,11 +131,15 @@ class Batcher:
                 outputs = self._run(request, feed)
             _split(batch, outputs)
         except BaseException as exc:  # every caller of the batch gets the failure
-            for item in batch:
-                if not item.done.done():
-                    item.done.set_exception(exc)
+            _fail(batch, exc)
         finally:
             self._pool.put(request)
+
+
+def _fail(batch: list[_Item], exc: BaseException) -> None:
+    for item in batch:
+        if not item.done.done():
+            item.done.set_exception(exc)
 
 
 def _split(batch: list[_Item], outputs: Outputs) -> None:

@@ -222,11 +222,11 @@ class ModelVersion:
 
     def _start_batching(self, config: BatchingConfig) -> None:
         fixed = [spec.name for spec in (*self.inputs.values(), *self.outputs.values())
-                 if spec.dims == (ANY,) or not _dynamic(spec.dims[0])]
+                 if not spec.dims or not _dynamic(spec.dims[0])]
         if fixed:
             raise ServingError(
                 f"dynamic_batching needs a dynamic dim 0 on every input and output (set "
-                f"batch_size: -1 or a shape); fixed or unknown rank: {', '.join(fixed)}")
+                f"batch_size: -1 or a shape); fixed: {', '.join(fixed)}")
         rows = metrics.BATCH_SIZE.labels(self.name, str(self.version))
         self._batcher = Batcher(config, self._pool, self._infer_on, self.name,
                                 lambda seconds: self._wait_metric.observe(seconds * 1e6),

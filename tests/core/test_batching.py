@@ -158,3 +158,27 @@ def test_stateful_models_cannot_be_batched() -> None:
                                              "dynamic_batching": {}}}]}
     with pytest.raises(ConfigError, match="stateful"):
         parse_config(json.dumps(doc).encode())
+
+
+def test_a_model_whose_rows_do_not_map_to_outputs_fails_every_caller_clearly(tmp_path: Path
+                                                                             ) -> None:
+    """[-1,4] -> flattened [-1]: dim 0 is dynamic but is not the batch; stacking two requests
+    cannot be split back, so both callers get the reason instead of someone else's rows."""
+    from openvino import Model
+    from openvino import opset13 as ops
+
+    x = ops.parameter([-1, 4], np.float32, name="x")
+    x.output(0).set_names({"x"})
+    y = ops.reshape(x, ops.constant(np.array([-1], np.int64)), special_zero=False)
+    y.output(0).set_names({"y"})
+    save_ir(Model([y], [x], "flat"), tmp_path / "flat" / "1")
+    config = write_config(tmp_path / "config.json", [
+        {"name": "flat", "base_path": str(tmp_path / "flat"), "dynamic_batching": WINDOW}])
+    settings = Settings(config_path=str(config), concurrent=True)
+    app = App(ModelManager.start(settings), settings)
+    results = _at_once(app, "flat", [np.ones((1, 4), np.float32)] * 2)
+    for status, doc in results:
+        assert status == 412, doc
+        assert "Dynamic batching" in doc["error"]  # type: ignore[index]
+    status, doc = _predict(app, "flat", np.ones((1, 4), np.float32))
+    assert status == 200, doc  # alone, it still serves
