@@ -182,3 +182,13 @@ def test_a_model_whose_rows_do_not_map_to_outputs_fails_every_caller_clearly(tmp
         assert "Dynamic batching" in doc["error"]  # type: ignore[index]
     status, doc = _predict(app, "flat", np.ones((1, 4), np.float32))
     assert status == 200, doc  # alone, it still serves
+
+
+def test_batching_flag_of_the_cli(tmp_path: Path) -> None:
+    from handlers import cli
+
+    args = cli._parser().parse_args([
+        "invoke", "GET", "/v1/config", "--model_name", "m", "--model_path", str(tmp_path),
+        "--dynamic_batching", '{"max_batch_size": 4, "window_us": 0}'])
+    (model,) = cli._settings(args).server_config().models
+    assert model.dynamic_batching == BatchingConfig(4, 0)
