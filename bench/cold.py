@@ -177,14 +177,19 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
     return {"rows": rows, "runs": runs}
 
 
+def baseline(rows: dict[str, dict[str, float]], name: str) -> dict[str, float]:
+    """The minimal script a scenario is compared with: the S3 one for S3 rows."""
+    if "S3" in name and "minimal script, S3" in rows:
+        return rows["minimal script, S3"]
+    return rows["minimal script"]
+
+
 def report(cold: dict[str, Any]) -> list[str]:
     rows = cold["rows"]
-    floor = rows["minimal script"]
     lines = [f"{'cold start (median, ms)':32}" + "".join(f"{s[:-2]:>9}" for s in STAGES)
              + f"{'vs min':>8}{'RSS MB':>8}{'peak':>7}"]
     for name, row in rows.items():
-        base = rows["minimal script, S3"] if "S3" in name and "minimal script, S3" in rows \
-            else floor
+        base = baseline(rows, name)
         cells = "".join(f"{1e3 * row[s]:9.0f}" if s in row else f"{'':>9}" for s in STAGES)
         lines.append(f"{name:32}{cells}{row['total_s'] / base['total_s']:7.2f}x"
                      f"{row['rss_mb']:8.0f}{row['peak_mb']:7.0f}")

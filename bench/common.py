@@ -100,7 +100,11 @@ def latencies(call: Call, count: int, warmup: int = 5) -> list[float]:
 
 
 def one_client(call: Call, count: int, warmup: int = 5) -> Row:
-    times = latencies(call, count, warmup)
+    return _row(latencies(call, count, warmup))
+
+
+def _row(times: list[float]) -> Row:
+    """Back-to-back latencies -> their summary, the req/s they add up to, and the count."""
     return {**summary(times), "rps": len(times) / sum(times), "n": len(times)}
 
 
@@ -115,8 +119,7 @@ def paired(call: Call, raw_call: Call, count: int, blocks: int = 5) -> tuple[Row
     for _ in range(blocks):
         raw += latencies(raw_call, size, warmup=0)
         served += latencies(call, size, warmup=0)
-    return ({**summary(served), "rps": len(served) / sum(served), "n": len(served)},
-            {**summary(raw), "rps": len(raw) / sum(raw), "n": len(raw)})
+    return _row(served), _row(raw)
 
 
 def many_clients(factory: Callable[[], Call], clients: int, count: int) -> Row:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import cold, warm
+from bench import cold
 from bench.common import RESULTS
 
 AB_LABELS = ("no simdjson", "nireq=2", "batching")
@@ -57,9 +57,7 @@ def _warm(results: dict[str, Any], clients: int) -> list[str]:
                          f"{one['p50_ms']:.2f} | {one['p90_ms']:.2f} | {one['p99_ms']:.2f} | | "
                          f"1.00 | {many['rps']:.0f} | |")
         for entry in doc["servers"].values():
-            rows = entry["cases"]
-            warm.add_ratios(rows, doc["raw"], entry["hint"], clients)
-            for case, by in rows.items():
+            for case, by in entry["cases"].items():
                 a, b = by["1"], by[n]
                 if entry["server"] in AB_LABELS:
                     ab.append(f"| {name} | {entry['server']} | {case} | {a['p50_ms']:.2f} | "
@@ -81,8 +79,7 @@ def _cold(result: dict[str, Any]) -> list[str]:
     lines = ["| scenario | " + " | ".join(head) + " | vs minimal | RSS MB | peak MB |",
              "|---|" + "---:|" * (len(head) + 3)]
     for name, row in rows.items():
-        base = rows.get("minimal script, S3", rows["minimal script"]) if "S3" in name \
-            else rows["minimal script"]
+        base = cold.baseline(rows, name)
         cells = " | ".join(f"{1e3 * row[s]:.0f}" if s in row else "" for s in cold.STAGES)
         lines.append(f"| {name} | {cells} | {row['total_s'] / base['total_s']:.2f}x | "
                      f"{row['rss_mb']:.0f} | {row['peak_mb']:.0f} |")

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +50,15 @@ def build_models(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
         ov.save_model(builders[name](), folder / "model.xml",
                       compress_to_fp16=name == "resnet50")  # a deployed IR is usually FP16
         files[name] = folder / "model.xml"
-    entries = ",\n".join(f'  {{"config": {{"name": "{n}", "base_path": "{n}"}}}}' for n in names)
-    (root / "repo" / "config.json").write_text(f'{{"model_config_list": [\n{entries}\n]}}\n')
+    write_config(root / "repo" / "config.json", names)
     return files
+
+
+def write_config(path: Path, names: Iterable[str], **options: object) -> Path:
+    """An OVMS config.json serving each model from the folder of its name, with `options`."""
+    entries = [{"config": {"name": n, "base_path": n, **options}} for n in names]
+    path.write_text(json.dumps({"model_config_list": entries}, indent=1) + "\n")
+    return path
 
 
 def counts(name: str, quick: bool) -> tuple[int, int]:
@@ -127,15 +135,9 @@ def ab_variants(root: Path, files: dict[str, Path]
     shadow = root / "no-simdjson"
     shadow.mkdir(exist_ok=True)
     (shadow / "simdjson.py").write_text('raise ImportError("hidden for the A/B bench")\n')
-    config = root / "repo" / "config-nireq.json"
-    entries = ",\n".join(f'  {{"config": {{"name": "{n}", "base_path": "{n}", "nireq": 2}}}}'
-                         for n in files)
-    config.write_text(f'{{"model_config_list": [\n{entries}\n]}}\n')
-    batched = root / "repo" / "config-batching.json"
-    entries = ",\n".join(
-        f'  {{"config": {{"name": "{n}", "base_path": "{n}", "batch_size": -1, '
-        '"dynamic_batching": {"max_batch_size": 8, "window_us": 1000}}}' for n in files)
-    batched.write_text(f'{{"model_config_list": [\n{entries}\n]}}\n')
+    config = write_config(root / "repo" / "config-nireq.json", files, nireq=2)
+    batched = write_config(root / "repo" / "config-batching.json", files, batch_size=-1,
+                           dynamic_batching={"max_batch_size": 8, "window_us": 1000})
     json_cases = (cases.REST_TFS_JSON, cases.REST_KSERVE_JSON)
     binary_cases = (cases.REST_KSERVE_BINARY, cases.GRPC_KSERVE)
     return [("no simdjson", "THROUGHPUT", {"PYTHONPATH": str(shadow)},

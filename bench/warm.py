@@ -25,9 +25,6 @@ HINTS = ("LATENCY", "THROUGHPUT")
 # Raw compiled models and queues stay alive until exit: destroying an AsyncInferQueue whose
 # last Python callback is still waiting for the GIL can deadlock.
 _KEEP: list[object] = []
-
-
-_KEPT: list[object] = []
 RAW_CALLS: dict[tuple[str, str], Call] = {}  # (model, hint) -> one raw inference
 
 
@@ -63,7 +60,7 @@ def _queue(compiled: ov.CompiledModel, x: np.ndarray, total: int, jobs: int) -> 
     wall = time.perf_counter() - started
     # never destroyed during the run: tearing down an AsyncInferQueue whose Python callback
     # thread may still want the GIL can deadlock (two full runs hung in futex_do_wait here)
-    _KEPT.append((queue, compiled))
+    _KEEP.append((queue, compiled))
     return {**summary(times), "rps": total / wall, "n": total}
 
 
