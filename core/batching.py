@@ -1,7 +1,7 @@
 """Server-side dynamic batching: requests that arrive within a short window run as one batch.
 
 Opt-in per model (`"dynamic_batching": {"max_batch_size": 8, "window_us": 2000}` in
-config.json, OVS_MAX_BATCH_SIZE / OVS_BATCH_WINDOW_US for a single model), for models whose
+config.json, OVS_DYNAMIC_BATCHING or --dynamic_batching for a single model), for models whose
 inputs and outputs all have a dynamic dim 0. One collector thread waits for a free
 InferRequest, takes the oldest waiting request, and adds every request that arrives within
 the window and has the same shape (but for dim 0) and dtypes, up to max_batch_size rows; the
@@ -121,7 +121,8 @@ class Batcher:
         started = time.perf_counter()
         for item in batch:
             self._on_wait(started - item.queued)
-        self._on_batch(sum(item.rows for item in batch))
+        rows = sum(item.rows for item in batch)
+        self._on_batch(rows)
         try:
             if len(batch) == 1:
                 outputs = self._run(request, batch[0].feed)
@@ -129,7 +130,7 @@ class Batcher:
                 feed = {name: np.concatenate([item.feed[name] for item in batch])
                         for name in batch[0].feed}
                 outputs = self._run(request, feed)
-            _split(batch, outputs)
+            _split(batch, outputs, rows)
         except BaseException as exc:  # every caller of the batch gets the failure
             _fail(batch, exc)
         finally:
@@ -142,11 +143,10 @@ def _fail(batch: list[_Item], exc: BaseException) -> None:
             item.done.set_exception(exc)
 
 
-def _split(batch: list[_Item], outputs: Outputs) -> None:
+def _split(batch: list[_Item], outputs: Outputs, total: int) -> None:
     if len(batch) == 1:
         batch[0].done.set_result(outputs)
         return
-    total = sum(item.rows for item in batch)
     for name, value in outputs.items():
         if value.ndim == 0 or len(value) != total:
             raise PreconditionError(

@@ -183,6 +183,8 @@ class ModelVersion:
                 compiled_cache.save_later(self._compiled, blob, self.cache_dir)
         self.timings["compile_s"] = time.perf_counter() - started
         self._fill_pool()
+        if self.config.dynamic_batching is not None:
+            self._start_batching(self.config.dynamic_batching)
 
     def _transform(self, model: ov.Model) -> None:
         """Hook for subclasses (stateful models) to transform the read model."""
@@ -217,8 +219,6 @@ class ModelVersion:
         self._active_metric = metrics.INFER_REQ_ACTIVE.labels(*labels)
         metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).set(max(size, 1))
         metrics.STREAMS.labels(*labels).set(streams)
-        if self.config.dynamic_batching is not None:
-            self._start_batching(self.config.dynamic_batching)
 
     def _start_batching(self, config: BatchingConfig) -> None:
         fixed = [spec.name for spec in (*self.inputs.values(), *self.outputs.values())
