@@ -4,7 +4,7 @@ HOST is `minimal` (import openvino, compile_model(path), infer: the floor), `min
 same after downloading the files with boto3), `lambda` (import handlers.aws_lambda, i.e. the
 Lambda init phase, then handler(event)), `cloud_run` (import functions-framework and
 handlers.cloud_run, then one request through functions_framework.create_app's test client) or
-`serve` (import what `ov-serverless serve` imports, start the manager, one WSGI request).
+`serve` (import what `ov-serverless serve` imports, start the manager, one routed request).
 Prints one line, `BENCH {json}`, with wall-clock timestamps (time.time(), so the parent can
 count from before the process started) and the stage durations the server measured itself.
 """
@@ -127,26 +127,17 @@ def cloud_run(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def serve(request: dict[str, Any]) -> dict[str, Any]:
-    import io
-
-    import gunicorn.app.base  # noqa: F401
-
     import handlers.cli  # noqa: F401
     import handlers.server  # noqa: F401
     from core import api
-    from handlers.wsgi import make_wsgi_app
 
     t_imported = time.time()
     app = api.default_app()
     t_ready = time.time()
     http = request["http"]
-    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": http["path"], "QUERY_STRING": "",
-               "CONTENT_LENGTH": str(len(http["body"])), "wsgi.input": io.BytesIO(http["body"])}
-    environ |= {"HTTP_" + k.upper().replace("-", "_"): v for k, v in http["headers"].items()}
-    status: list[str] = []
-    make_wsgi_app(app)(environ, lambda line, headers: status.append(line))
-    if not status[0].startswith("200"):
-        raise SystemExit(f"serve: {status[0]}")
+    response = app.handle(api.make_request("POST", http["path"], http["body"], http["headers"]))
+    if response.status != 200:
+        raise SystemExit(f"serve: {response.status} {response.body[:200]!r}")
     return {"t_imported": t_imported, "t_ready": t_ready, "t_done": time.time(),
             **_model_timings()}
 

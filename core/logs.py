@@ -51,24 +51,3 @@ def configure(level: str = "INFO") -> None:
     root.handlers[:] = [handler]
     root.setLevel("DEBUG" if name == "TRACE" else name)
     logging.captureWarnings(True)  # warnings.warn (e.g. Pillow's bomb warning) as JSON too
-
-
-def _gunicorn_logger() -> type:
-    from gunicorn.glogging import Logger
-
-    class GunicornLogger(Logger):
-        """gunicorn's own lines (boot, worker, errors) as JSON like everything else."""
-
-        def setup(self, cfg: Any) -> None:
-            super().setup(cfg)
-            for log in (self.error_log, self.access_log):
-                for handler in log.handlers:
-                    handler.setFormatter(JsonFormatter())
-
-    return GunicornLogger
-
-
-def __getattr__(name: str) -> Any:  # lazy: gunicorn is imported by `serve` only
-    if name == "GunicornLogger":
-        return _gunicorn_logger()
-    raise AttributeError(name)

@@ -248,19 +248,16 @@ def serve_forever(settings: Settings, args: argparse.Namespace) -> int:
 
 def _serve_metrics(manager: ModelManager, host: str, port: int) -> None:
     """gRPC-only mode has no REST port: Prometheus metrics get a small port of their own."""
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
+    from core.api import Request, Response
+    from handlers import http_server
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        if environ.get("PATH_INFO") != "/metrics":
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"only /metrics is served here\n"]
+    def handle(request: Request) -> Response:
+        if request.path != "/metrics":
+            return Response(404, b"only /metrics is served here\n",
+                            {"content-type": "text/plain"})
         body, content_type = metrics.exposition(manager)
-        start_response("200 OK", [("Content-Type", content_type)])
-        return [body]
+        return Response(200, body, {"content-type": content_type})
 
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass
-
-    server = make_server(host, port, app, handler_class=Quiet)
+    server = http_server.Server(handle, http_server.listen(host, port), threads=2,
+                                read_timeout=30.0, max_body=1 << 16)
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

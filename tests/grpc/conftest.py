@@ -1,6 +1,6 @@
 """Fixtures: one model repository and real `ov-serverless serve` processes speaking gRPC.
 
-`server` serves REST and gRPC (gunicorn worker + gRPC beside it); `small_server` is gRPC only
+`server` serves REST and gRPC (one process, gRPC beside REST); `small_server` is gRPC only
 (--rest_port 0) with 2 gRPC workers and a 1 MiB message limit.
 """
 

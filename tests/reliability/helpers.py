@@ -17,7 +17,7 @@ from tests.core.helpers import classifier_nhwc, free_port, save_ir, write_config
 from tests.grpc.helpers import slow_model
 
 __all__ = ["LIMIT_ENV", "build_repository", "free_port", "png_declaring", "rss_bytes",
-           "worker_pid", "scrape", "metric_value", "SCALER_X", "wait_for", "zeros_png"]
+           "scrape", "metric_value", "SCALER_X", "wait_for", "zeros_png"]
 
 LIMIT_ENV = {"OVS_MAX_TENSOR_ELEMENTS": "1000000", "OVS_MAX_TENSOR_BYTES": "2000000",
              "OVS_MAX_IMAGE_PIXELS": "1000000"}
@@ -43,12 +43,6 @@ def png_declaring(width: int, height: int) -> bytes:
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
             + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
-
-
-def worker_pid(master: int) -> int:
-    """The gunicorn worker (the process holding the models) under the `serve` master."""
-    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-    return int(children[0]) if children else master
 
 
 def rss_bytes(pid: int) -> int:

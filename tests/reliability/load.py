@@ -25,7 +25,7 @@ import numpy as np
 import requests
 
 from tests.core.helpers import RunningServer, kserve_binary_request
-from tests.reliability.helpers import build_repository, rss_bytes, worker_pid
+from tests.reliability.helpers import build_repository, rss_bytes
 
 SLACK_BYTES = 16 << 20
 X = [[1.0, 2.0, 3.0, 4.0]]
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             build_repository(Path(tmp) / "repo") / "config.json"
         server = RunningServer(config, Path(tmp), ("--log_level", "WARNING"))
         try:
-            summary = run(server.url, worker_pid(server.process.pid), args.seconds,
+            summary = run(server.url, server.process.pid, args.seconds,
                           args.clients)
         finally:
             server.stop()

@@ -31,7 +31,6 @@ from tests.reliability.helpers import (
     SCALER_X,
     png_declaring,
     rss_bytes,
-    worker_pid,
     zeros_png,
 )
 
@@ -171,7 +170,7 @@ def test_rest_bad_input(limited: RunningServer, case: Case) -> None:
 
 
 def test_huge_shapes_allocate_nothing(limited: RunningServer) -> None:
-    pid = worker_pid(limited.process.pid)
+    pid = limited.process.pid
     before = rss_bytes(pid)
     for _ in range(20):
         for case in CASES[:4]:

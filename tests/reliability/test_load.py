@@ -7,13 +7,12 @@ from pathlib import Path
 
 from tests.core.helpers import RunningServer
 from tests.reliability import load
-from tests.reliability.helpers import worker_pid
 
 
 def test_short_load(rel_repo: Path, tmp_path: Path) -> None:
     server = RunningServer(rel_repo / "config.json", tmp_path, ("--log_level", "WARNING"))
     try:
-        summary = load.run(server.url, worker_pid(server.process.pid), 8, 8)
+        summary = load.run(server.url, server.process.pid, 8, 8)
     finally:
         server.stop()
     assert load.ok(summary), summary

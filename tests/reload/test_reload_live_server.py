@@ -1,4 +1,4 @@
-"""Hot reload on a real `ov-serverless serve` (gunicorn, the background poller every 0.5 s):
+"""Hot reload on a real `ov-serverless serve` (the background poller every 0.5 s):
 versions and config change on disk while a closed-loop client predicts; no reload call is
 ever needed, no request that targets a version which stays available fails, and every
 answer comes from a version that was AVAILABLE."""

@@ -1,0 +1,375 @@
+"""The REST server of `serve`: HTTP/1.1 on threads, in the one process that holds the models.
+
+Why not gunicorn (used before 2026-12-03): its arbiter imports itself and forks a worker
+before the first model loads, and its gthread worker passes each keep-alive request between
+threads and through several copying readers: ~1 ms per 600 KB request on 2 cores, against
+~0.15 ms here (bench/RESULTS.md). Here each connection has its own thread and each body is
+read straight into one buffer, so a slow or stalled client holds only its own thread.
+
+Limits: a request head of MAX_HEAD bytes (431); a body over `max_body` is refused from its
+Content-Length before it is read (413); a client that stalls mid-request is dropped after
+`read_timeout` seconds (a stalled body gets a 408); an idle keep-alive connection after
+KEEPALIVE_SECONDS; at most MAX_CONNECTIONS at once (503). `threads` requests run the handler
+at once; the rest wait. `shutdown()` (the SIGTERM handler) closes the listener at once, so
+new connections are refused, and closes idle connections; `drain()` waits for the requests
+in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import parse_qsl, unquote
+
+from core.api import JSON, Request, Response
+from core.errors import ServingError
+
+MAX_HEAD = 64 * 1024
+MAX_HEADERS = 100
+MAX_CONNECTIONS = 1024
+KEEPALIVE_SECONDS = 75.0
+_RECV = 256 * 1024
+_REASONS = {100: "Continue", 200: "OK", 201: "Created", 204: "No Content",
+            400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            406: "Not Acceptable", 408: "Request Timeout", 409: "Conflict",
+            412: "Precondition Failed", 413: "Payload Too Large",
+            415: "Unsupported Media Type", 417: "Expectation Failed",
+            431: "Request Header Fields Too Large", 500: "Internal Server Error",
+            501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable",
+            505: "HTTP Version Not Supported"}
+
+log = logging.getLogger("ov_serverless.http")
+Handler = Callable[[Request], Response]
+
+
+class HttpError(Exception):
+    """A request the server answers itself (in the OVMS error shape) before closing."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.response = Response(status, ServingError(message).to_body(),
+                                 {"content-type": JSON})
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket; bound before the models load, so clients queue meanwhile."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host.strip("[]"), port), family=family, backlog=1024)
+    sock.setblocking(False)
+    return sock
+
+
+class Server:
+    def __init__(self, handle: Handler, listener: socket.socket, *, threads: int,
+                 read_timeout: float, max_body: int) -> None:
+        self._handle = handle
+        self._listener = listener
+        self._slots = threading.BoundedSemaphore(threads)
+        self._read_timeout = read_timeout or None  # 0: wait forever
+        self._max_body = max_body
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._lock = threading.Condition()
+        self._stopping = False
+        self._open = 0
+        self._busy = 0
+        self._idle: set[socket.socket] = set()
+
+    @property
+    def port(self) -> int:
+        return int(self._listener.getsockname()[1])
+
+    # -- accepting -----------------------------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        """Accept until shutdown(); then refuse new connections and close the idle ones."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._listener, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stopping:
+                for key, _ in selector.select():
+                    if key.fileobj is self._listener:
+                        self._accept()
+        self._listener.close()
+        with self._lock:
+            for sock in self._idle:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)  # its thread's recv() returns b""
+
+    def shutdown(self) -> None:
+        """Stop accepting (safe from a signal handler or any thread)."""
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def drain(self, grace: float) -> bool:
+        """Wait up to `grace` seconds for the requests in flight; False if some are left."""
+        deadline = time.monotonic() + grace
+        with self._lock:
+            while self._busy and (left := deadline - time.monotonic()) > 0:
+                self._lock.wait(left)
+            return not self._busy
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of file descriptors: keep serving the rest
+                log.warning("accept failed: %s", exc)
+                return
+            with self._lock:
+                crowded = self._open >= MAX_CONNECTIONS
+                if not crowded:
+                    self._open += 1
+            if crowded:
+                _refuse(sock)
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=self._connection, args=(sock,), name="rest",
+                             daemon=True).start()
+
+    # -- one connection ------------------------------------------------------------------------
+
+    def _connection(self, sock: socket.socket) -> None:
+        buf = bytearray()
+        try:
+            while self._next_request(sock, buf):
+                try:
+                    keep = self._exchange(sock, buf)
+                finally:
+                    with self._lock:
+                        self._busy -= 1
+                        self._lock.notify_all()
+                if not keep:
+                    break
+        except OSError:  # the client went away or stalled mid-head: nothing to answer
+            pass
+        except Exception:  # a bug here must cost one connection, never the server
+            log.exception("REST connection failed")
+        finally:
+            sock.close()
+            with self._lock:
+                self._open -= 1
+
+    def _next_request(self, sock: socket.socket, buf: bytearray) -> bool:
+        """Wait (idle, closable by a drain) for the first bytes of the next request; True
+        when they came, counted as busy until the response is sent."""
+        with self._lock:
+            if self._stopping:
+                return False
+            if not buf:
+                self._idle.add(sock)
+        try:
+            if not buf:
+                sock.settimeout(KEEPALIVE_SECONDS)
+                chunk = sock.recv(_RECV)
+                buf += chunk
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._idle.discard(sock)
+                self._busy += bool(buf)
+        return bool(buf)
+
+    def _exchange(self, sock: socket.socket, buf: bytearray) -> bool:
+        """Read one request, answer it; True to keep the connection open."""
+        sock.settimeout(self._read_timeout)
+        try:
+            request, keep = self._read_request(sock, buf)
+        except HttpError as exc:
+            _send(sock, exc.response, head_only=False, keep=False)
+            return False
+        if request is None:
+            return False
+        with self._slots:
+            response = self._answer(request)
+        keep = keep and not self._stopping
+        _send(sock, response, head_only=request.method == "HEAD", keep=keep)
+        return keep
+
+    def _answer(self, request: Request) -> Response:
+        try:
+            return self._handle(request)
+        except Exception as exc:  # App.handle answers its own errors; this is a last guard
+            log.exception("REST handler failed for %s %s", request.method, request.path[:200])
+            return HttpError(500, f"Internal server error: {type(exc).__name__}").response
+
+    def _read_request(self, sock: socket.socket, buf: bytearray
+                      ) -> tuple[Request | None, bool]:
+        head = _read_head(sock, buf)
+        if head is None:
+            return None, False
+        method, target, version, headers = _parse_head(head)
+        expect = headers.get("expect", "").lower()
+        if expect and expect != "100-continue":
+            raise HttpError(417, f"Unsupported Expect header: {expect[:100]}")
+        body = self._read_body(sock, buf, headers,
+                               continue_first=bool(expect) and version == "HTTP/1.1")
+        path, _, query = target.partition("?")
+        request = Request(method, unquote(path), dict(parse_qsl(query, keep_blank_values=True)),
+                          headers, body)
+        return request, _keep_alive(version, headers.get("connection", ""))
+
+    def _read_body(self, sock: socket.socket, buf: bytearray, headers: dict[str, str],
+                   continue_first: bool) -> bytes:
+        chunked = headers.get("transfer-encoding")
+        length_text = headers.get("content-length")
+        if chunked is not None:
+            if length_text is not None:
+                raise HttpError(400, "Content-Length and Transfer-Encoding cannot both be set")
+            if chunked.lower() != "chunked":
+                raise HttpError(501, f"Unsupported Transfer-Encoding: {chunked[:100]}")
+        elif length_text is None or length_text == "0":
+            return b""
+        elif not length_text.isdigit():
+            raise HttpError(400, "Invalid Content-Length header")
+        elif int(length_text) > self._max_body:
+            raise HttpError(413, f"Request body of {length_text} bytes exceeds the limit of "
+                                 f"{self._max_body} bytes")
+        if continue_first:
+            sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        try:
+            if chunked is not None:
+                return _read_chunked(sock, buf, self._max_body)
+            return _read_exact(sock, buf, int(length_text or 0))
+        except TimeoutError:
+            raise HttpError(408, "Request body not received in time "
+                                 "(--rest_read_timeout_seconds)") from None
+
+
+# -- HTTP/1.1 framing ---------------------------------------------------------------------------
+
+
+def _read_head(sock: socket.socket, buf: bytearray) -> bytes | None:
+    while buf.startswith(b"\r\n"):  # RFC 9112 2.2: ignore empty lines before a request
+        del buf[:2]
+    while (end := buf.find(b"\r\n\r\n")) < 0:
+        if len(buf) > MAX_HEAD:
+            raise HttpError(431, f"Request head exceeds {MAX_HEAD} bytes")
+        chunk = sock.recv(_RECV)
+        if not chunk:
+            return None
+        buf += chunk
+    if end > MAX_HEAD:
+        raise HttpError(431, f"Request head exceeds {MAX_HEAD} bytes")
+    head = bytes(buf[:end])
+    del buf[:end + 4]
+    return head
+
+
+def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
+    lines = head.split(b"\r\n")
+    if len(lines) > MAX_HEADERS + 1:
+        raise HttpError(431, f"More than {MAX_HEADERS} request headers")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[0].isalpha() or not parts[1]:
+        raise HttpError(400, "Invalid HTTP request line")
+    method, target, version = (part.decode("latin-1") for part in parts)
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        raise HttpError(505, f"Unsupported HTTP version: {version[:20]}")
+    if target.startswith(("http://", "https://")):  # absolute form: keep the path
+        target = "/" + target.split("/", 3)[3] if target.count("/") >= 3 else "/"
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name != name.strip() or b" " in name:
+            raise HttpError(400, "Invalid HTTP header line")
+        key, text = name.decode("latin-1").lower(), value.strip(b" \t").decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return method.upper(), target, version, headers
+
+
+def _keep_alive(version: str, connection: str) -> bool:
+    tokens = {token.strip().lower() for token in connection.split(",")}
+    return "keep-alive" in tokens if version == "HTTP/1.0" else "close" not in tokens
+
+
+def _read_exact(sock: socket.socket, buf: bytearray, size: int) -> bytes:
+    body = bytearray(size)
+    view = memoryview(body)
+    got = min(len(buf), size)
+    view[:got] = buf[:got]
+    del buf[:got]
+    while got < size:
+        count = sock.recv_into(view[got:])
+        if not count:
+            raise ConnectionError("client closed mid-body")
+        got += count
+    return bytes(body)
+
+
+def _read_line(sock: socket.socket, buf: bytearray) -> bytes:
+    while (end := buf.find(b"\r\n")) < 0:
+        if len(buf) > 4096:
+            raise HttpError(400, "Invalid chunked body")
+        chunk = sock.recv(_RECV)
+        if not chunk:
+            raise ConnectionError("client closed mid-body")
+        buf += chunk
+    line = bytes(buf[:end])
+    del buf[:end + 2]
+    return line
+
+
+def _read_chunked(sock: socket.socket, buf: bytearray, limit: int) -> bytes:
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        size_text = _read_line(sock, buf).split(b";")[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise HttpError(400, "Invalid chunk size in chunked body") from None
+        if size == 0:
+            while _read_line(sock, buf):  # trailers, up to the empty line
+                pass
+            return b"".join(parts)
+        total += size
+        if total > limit:
+            raise HttpError(413, f"Request body exceeds the limit of {limit} bytes")
+        parts.append(_read_exact(sock, buf, size))
+        if _read_line(sock, buf):
+            raise HttpError(400, "Invalid chunked body")
+
+
+def _send(sock: socket.socket, response: Response, head_only: bool, keep: bool) -> None:
+    lines = [f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}",
+             f"Date: {_date()}", "Server: ov-serverless",
+             f"Content-Length: {len(response.body)}"]
+    lines += [f"{name.title()}: {value}" for name, value in response.headers.items()]
+    if not keep:
+        lines.append("Connection: close")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    if head_only:
+        sock.sendall(head)
+    elif len(response.body) < 65536:
+        sock.sendall(head + response.body)
+    else:  # a large body is not copied just to prepend the head
+        sock.sendall(head)
+        sock.sendall(response.body)
+
+
+def _refuse(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.settimeout(1.0)
+        _send(sock, HttpError(503, "Too many open connections").response, False, False)
+    sock.close()
+
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def _date() -> str:
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, email.utils.formatdate(now, usegmt=True))
+    return _date_cache[1]

@@ -1,0 +1,248 @@
+"""handlers.http_server, the REST server of `serve`, on a real socket with raw HTTP/1.1 bytes:
+framing (keep-alive, pipelining, chunked bodies, 100-continue), the errors it answers itself
+(in the OVMS error shape), stalled clients, and the drain on shutdown."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from core.api import Request, Response
+from handlers import http_server
+
+MAX_BODY = 1 << 20
+
+
+def _handle(request: Request) -> Response:
+    if request.path == "/boom":
+        raise RuntimeError("a bug in the handler")
+    if request.path == "/slow":
+        time.sleep(float(request.query.get("s", "0.5")))
+    doc = {"method": request.method, "path": request.path, "query": dict(request.query),
+           "length": len(request.body), "head": request.body[:32].decode("latin-1"),
+           "type": request.header("content-type")}
+    return Response(200, json.dumps(doc).encode())
+
+
+class Running:
+    def __init__(self, read_timeout: float = 5.0) -> None:
+        listener = http_server.listen("127.0.0.1", 0)
+        self.server = http_server.Server(_handle, listener, threads=4,
+                                         read_timeout=read_timeout, max_body=MAX_BODY)
+        self.port = self.server.port
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=10)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.thread.join(timeout=10)
+        assert self.server.drain(5.0)
+
+
+@pytest.fixture
+def running() -> Iterator[Running]:
+    server = Running()
+    yield server
+    server.stop()
+
+
+def _responses(sock: socket.socket, count: int) -> list[tuple[int, dict[str, str], bytes]]:
+    """Read `count` responses off a raw socket (Content-Length framed)."""
+    buf = b""
+    out = []
+    while len(out) < count:
+        while b"\r\n\r\n" not in buf:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {len(out)} responses: {buf[:200]!r}"
+            buf += chunk
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+        size = int(headers["content-length"])
+        while len(buf) < size:
+            buf += sock.recv(65536)
+        out.append((int(lines[0].split()[1]), headers, buf[:size]))
+        buf = buf[size:]
+    return out
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_keep_alive_and_pipelined_requests(running: Running) -> None:
+    with running.connect() as sock:
+        sock.sendall(b"GET /a?x=1&y=%20z HTTP/1.1\r\nHost: t\r\n\r\n"
+                     b"POST /b%20c HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello"
+                     b"GET /c HTTP/1.1\r\nHost: t\r\n\r\n")
+        (s1, h1, b1), (s2, _, b2), (s3, _, b3) = _responses(sock, 3)
+        assert (s1, s2, s3) == (200, 200, 200)
+        assert json.loads(b1)["query"] == {"x": "1", "y": " z"}
+        assert json.loads(b2) | {"type": ""} == {"method": "POST", "path": "/b c", "query": {},
+                                                 "length": 5, "head": "hello", "type": ""}
+        assert json.loads(b3)["path"] == "/c"
+        assert "connection" not in h1 and h1["date"].endswith("GMT")
+        sock.sendall(b"GET /d HTTP/1.1\r\nHost: t\r\n\r\n")  # the connection is still open
+        assert _responses(sock, 1)[0][0] == 200
+
+
+def test_large_body_and_http_client(running: Running) -> None:
+    body = bytes(range(256)) * 3000
+    conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=10)
+    for _ in range(3):
+        conn.request("POST", "/infer", body=body, headers={"Content-Type": "application/x"})
+        reply = conn.getresponse()
+        doc = json.loads(reply.read())
+        assert reply.status == 200
+        assert (doc["length"], doc["type"]) == (len(body), "application/x")
+        assert doc["head"] == body[:32].decode("latin-1")
+    conn.close()
+
+
+def test_chunked_body(running: Running) -> None:
+    with running.connect() as sock:
+        sock.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n")
+        status, _, body = _responses(sock, 1)[0]
+        assert status == 200
+        assert json.loads(body)["head"] == "hello world"
+
+
+def test_expect_100_continue(running: Running) -> None:
+    with running.connect() as sock:
+        sock.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n"
+                     b"Expect: 100-continue\r\n\r\n")
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(b"abcd")
+        assert json.loads(_responses(sock, 1)[0][2])["head"] == "abcd"
+
+
+@pytest.mark.parametrize(("raw", "status", "message"), [
+    (b"GARBAGE\r\n\r\n", 400, "Invalid HTTP request line"),
+    (b"GET / HTTP/2.0\r\n\r\n", 505, "Unsupported HTTP version: HTTP/2.0"),
+    (b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "Invalid HTTP header line"),
+    (b"GET / HTTP/1.1\r\nnocolon\r\n\r\n", 400, "Invalid HTTP header line"),
+    (b"POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400, "Invalid Content-Length header"),
+    (b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
+     "Content-Length and Transfer-Encoding cannot both be set"),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501,
+     "Unsupported Transfer-Encoding: gzip"),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400,
+     "Invalid chunk size in chunked body"),
+    (b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413,
+     "Request body of 99999999999 bytes exceeds the limit of 1048576 bytes"),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n200000\r\n", 413,
+     "Request body exceeds the limit of 1048576 bytes"),
+    (b"POST / HTTP/1.1\r\nContent-Length: 1\r\nExpect: magic\r\n\r\n", 417,
+     "Unsupported Expect header: magic"),
+    (b"GET / HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", 431,
+     "Request head exceeds 65536 bytes"),
+    (b"GET / HTTP/1.1\r\n" + b"X: 1\r\n" * 101 + b"\r\n", 431, "More than 100 request headers"),
+])
+def test_bad_requests_get_an_error_and_a_close(running: Running, raw: bytes, status: int,
+                                                message: str) -> None:
+    with running.connect() as sock:
+        sock.sendall(raw)
+        got, headers, body = _responses(sock, 1)[0]
+        assert (got, json.loads(body)) == (status, {"error": message})
+        assert headers["connection"] == "close"
+        assert _closed(sock)
+    _get_ok(running)
+
+
+def _get_ok(running: Running) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=10)
+    conn.request("GET", "/ok")
+    assert conn.getresponse().status == 200
+    conn.close()
+
+
+def test_handler_bug_is_a_500_and_the_server_keeps_serving(running: Running) -> None:
+    with running.connect() as sock:
+        sock.sendall(b"GET /boom HTTP/1.1\r\nHost: t\r\n\r\nGET /ok HTTP/1.1\r\n\r\n")
+        (status, _, body), (after, _, _) = _responses(sock, 2)
+        assert (status, json.loads(body)) == (500, {"error": "Internal server error: RuntimeError"})
+        assert after == 200
+
+
+def test_connection_close_and_http_1_0(running: Running) -> None:
+    for raw in (b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n", b"GET / HTTP/1.0\r\n\r\n"):
+        with running.connect() as sock:
+            sock.sendall(raw)
+            assert _responses(sock, 1)[0][1]["connection"] == "close"
+            assert _closed(sock)
+    with running.connect() as sock:  # HTTP/1.0 that asks for keep-alive keeps it
+        sock.sendall(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" * 2)
+        assert [r[0] for r in _responses(sock, 2)] == [200, 200]
+
+
+def test_head_has_no_body(running: Running) -> None:
+    with running.connect() as sock:
+        sock.sendall(b"HEAD /x HTTP/1.1\r\nHost: t\r\n\r\nGET /y HTTP/1.1\r\nHost: t\r\n\r\n")
+        buf = b""
+        while buf.count(b"\r\n\r\n") < 2:
+            buf += sock.recv(65536)
+        first, rest = buf.split(b"\r\n\r\n", 1)
+        assert b"Content-Length: " in first
+        assert rest.startswith(b"HTTP/1.1 200 OK")  # the GET's response follows the head
+
+
+def test_stalled_clients_are_dropped_after_the_read_timeout() -> None:
+    running = Running(read_timeout=0.5)
+    try:
+        with running.connect() as head, running.connect() as body:
+            head.sendall(b"GET / HTTP/1.1\r\nHost: t")
+            body.sendall(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
+            _get_ok(running)  # others are served meanwhile
+            started = time.monotonic()
+            assert _closed(head)
+            status, _, reply = _responses(body, 1)[0]
+            assert status == 408
+            assert json.loads(reply) == {"error": "Request body not received in time "
+                                                  "(--rest_read_timeout_seconds)"}
+            assert time.monotonic() - started < 3
+    finally:
+        running.stop()
+
+
+def test_shutdown_refuses_new_closes_idle_and_drains_in_flight() -> None:
+    running = Running()
+    idle = running.connect()
+    idle.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert _responses(idle, 1)[0][0] == 200
+    busy = running.connect()
+    busy.sendall(b"GET /slow?s=0.6 HTTP/1.1\r\nHost: t\r\n\r\n")
+    time.sleep(0.2)  # the slow request is in the handler
+    running.server.shutdown()
+    running.thread.join(timeout=5)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", running.port), timeout=1)
+    assert _closed(idle)
+    status, headers, _ = _responses(busy, 1)[0]  # finished, then closed
+    assert (status, headers["connection"]) == (200, "close")
+    assert running.server.drain(5.0)
+    idle.close()
+    busy.close()
+
+
+def test_drain_reports_requests_still_running() -> None:
+    running = Running()
+    with running.connect() as busy:
+        busy.sendall(b"GET /slow?s=1.5 HTTP/1.1\r\nHost: t\r\n\r\n")
+        time.sleep(0.2)
+        running.server.shutdown()
+        running.thread.join(timeout=5)
+        assert not running.server.drain(0.2)
+        assert running.server.drain(5.0)
