@@ -139,6 +139,45 @@ def test_sigterm_finishes_in_flight_requests(tmp_path: Path) -> None:
     assert exited < grace, exited
 
 
+def test_sigterm_drains_grpc_beside_rest(tmp_path: Path) -> None:
+    """REST + gRPC: on SIGTERM gRPC stops taking new calls at once, while a REST request is
+    still in flight (not after the REST drain), and that request still finishes with 200."""
+    root = build_repository(tmp_path / "repo")
+    port = free_port()
+    server = RunningServer(root / "config.json", tmp_path,
+                           ("--port", str(port), "--grpc_bind_address", "127.0.0.1",
+                            "--shutdown_grace_seconds", "20"))
+    body, headers = _slow_body(48)
+    url = server.url + "/v2/models/slow/infer"
+    started = time.monotonic()
+    assert requests.post(url, data=body, headers=headers, timeout=60).status_code == 200
+    single = time.monotonic() - started
+    rest: list[int] = []
+    caller = threading.Thread(target=lambda: rest.append(
+        requests.post(url, data=body, headers=headers, timeout=60).status_code))
+    small = kfs.ModelInferRequest(model_name="scaler")
+    small.inputs.add(name="x", datatype="FP32", shape=[1, 4])
+    small.raw_input_contents.append(np.ones(4, np.float32).tobytes())
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+            stub.ModelInfer(small, timeout=10)
+            caller.start()
+            time.sleep(min(single / 3, 0.2))
+            server.process.send_signal(signal.SIGTERM)
+            time.sleep(0.1)
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.ModelInfer(small, timeout=5)
+            refused_while_busy = caller.is_alive()
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        caller.join(timeout=60)
+        assert rest == [200], server.log()
+        assert refused_while_busy, f"the REST request ended first (single {single:.2f}s)"
+        assert server.process.wait(timeout=30) == 0
+    finally:
+        server.stop()
+
+
 def _refused_within(port: int, seconds: float) -> float | None:
     """When a new TCP connection is first refused (None: still accepted after `seconds`)."""
     deadline = time.monotonic() + seconds
