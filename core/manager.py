@@ -230,6 +230,9 @@ class ModelManager:
         self.settings = settings
         self.models: dict[str, ServedModel] = {}
         self.pipelines: dict[str, ServedPipeline] = {}
+        # models removed from the config: their versions stay listed (UNLOADING, then END)
+        # as OVMS lists them, and a request for them is a 404
+        self.retired: dict[str, ServedModel] = {}
         self.config: ServerConfig | None = None
         self.ready = False
         self.timings: dict[str, float] = {}
@@ -268,6 +271,8 @@ class ModelManager:
             outgoing = [m for n, m in self.models.items()
                         if n not in names or current[n] is not m]
             self.models = {n: m for n, m in current.items() if n in names}
+            self.retired = {**{n: m for n, m in self.retired.items() if n not in names},
+                            **{m.name: m for m in outgoing if m.name not in names}}
             changed |= self._apply_pipelines(config, reopened)
             self.config = config
         for served in outgoing:
@@ -394,7 +399,7 @@ class ModelManager:
             log.exception("Reload failed; the current config keeps serving")
 
     def model(self, name: str) -> ServedModel | ServedPipeline:
-        served = self.models.get(name) or self.pipelines.get(name)
+        served = self.models.get(name) or self.pipelines.get(name) or self.retired.get(name)
         if served is None:
             if name in self.pipeline_errors:
                 raise errors.ModelNotReadyError(
@@ -405,7 +410,8 @@ class ModelManager:
     def get(self, name: str, version: int | None = None) -> Any:
         """The AVAILABLE servable a request should run on, or the error a client should see."""
         served = self.model(name)
-        if self.settings.lazy_load and isinstance(served, ServedModel):
+        if self.settings.lazy_load and isinstance(served, ServedModel) and \
+                served is not self.retired.get(name):
             served.ensure_loaded()
         return served.version(version)
 

@@ -97,7 +97,8 @@ def config_status(manager: ModelManager) -> bytes:
 
 
 def _all_statuses(manager: ModelManager) -> dict[str, Any]:
-    served: dict[str, ServedModel | ServedPipeline] = {**manager.models, **manager.pipelines}
+    served: dict[str, ServedModel | ServedPipeline] = {
+        **manager.retired, **manager.models, **manager.pipelines}
     return {
         name: {"model_version_status": [version_status(entry.versions[v])
                                         for v in sorted(entry.versions)]}

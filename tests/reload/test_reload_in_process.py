@@ -50,7 +50,8 @@ def test_config_diff_reloads_only_the_changed_models(tmp_path: Path) -> None:
                         + [{"name": "added", "base_path": "added"}])
     status, doc = send("POST", "/v1/config/reload")
     assert status == 201, doc
-    assert set(doc) == {"keep", "nireq", "plugin", "shape", "added"}
+    assert set(doc) == {"keep", "nireq", "plugin", "shape", "added", "dropped"}
+    assert doc["dropped"]["model_version_status"][0]["state"] in ("UNLOADING", "END")
     after = {n: app.manager.models[n].versions[1] for n in app.manager.models}
     assert after["keep"] is before["keep"]  # untouched, not recompiled
     assert after["keep"].status.state is State.AVAILABLE
@@ -66,6 +67,15 @@ def test_config_diff_reloads_only_the_changed_models(tmp_path: Path) -> None:
         assert _predict(send, name) == (200, float(len(name)))
     assert send("POST", "/v1/config/reload")[0] == 200
     wait_for(lambda: before["dropped"].status.state is State.END, "dropped model END")
+    # as OVMS: a removed model stays listed with its versions END, and is not served
+    assert states(send, "dropped") == {1: ("END", "OK")}
+    assert send("GET", "/v1/config")[1]["dropped"]["model_version_status"][0]["state"] == "END"
+    assert _predict(send, "dropped")[0] == 404
+    assert send("GET", "/v2/models/dropped/ready")[0] != 200
+    write_config_atomic(config, [*base, {"name": "added", "base_path": "added"}])
+    assert send("POST", "/v1/config/reload")[0] == 201  # back in the config: served again
+    assert _predict(send, "dropped") == (200, float(len("dropped")))
+    assert states(send, "dropped") == {1: ("AVAILABLE", "OK")}
 
 
 def test_broken_config_is_rejected_as_a_whole(tmp_path: Path,

@@ -160,7 +160,9 @@ def test_config_changes_are_picked_up_and_broken_config_keeps_serving(
             assert message in error_of(response)
             time.sleep(2 * POLL_S)
             assert predict(send, "added") == (200, 11.0)
-            assert server.get("/v1/config").json().keys() == {"m", "added"}
+            listed = server.get("/v1/config").json()
+            assert listed.keys() == {"m", "added", "other"}  # other: removed, listed as END
+            assert listed["other"]["model_version_status"][0]["state"] in ("UNLOADING", "END")
         write_config_atomic(config, entries("m", "added"))
         wait_for(lambda: server.post("/v1/config/reload").status_code == 200,
                  "nothing left to reload", PICKUP_S)
@@ -173,6 +175,7 @@ def test_config_changes_are_picked_up_and_broken_config_keeps_serving(
     assert {int(v["version"]): v["state"] for v in doc["m"]["model_version_status"]} == {
         1: "END", 2: "AVAILABLE", 3: "AVAILABLE", 4: "LOADING", 5: "LOADING"}
     assert [v["state"] for v in doc["added"]["model_version_status"]] == ["AVAILABLE"]
+    assert [v["state"] for v in doc["other"]["model_version_status"]] == ["END"]
 
 
 def _loads(server: RunningServer, name: str) -> int:
