@@ -43,30 +43,31 @@ def render(doc: dict[str, Any]) -> list[str]:
 def _warm(results: dict[str, Any], clients: int) -> list[str]:
     n = str(clients)
     lines = [f"Warm: 1-client p50 (ms; / raw OpenVINO with the same hint) | {clients}-client "
-             f"req/s (/ the faster raw AsyncInferQueue({clients}))", "",
+             f"req/s (/ the faster raw AsyncInferQueue({clients}), run right after)", "",
              "| model | server (hint) | case | p50 ms | p90 | p99 | raw p50 (paired) | p50 / raw | "
-             f"{clients}-client req/s | / raw |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    ab = [f"| model | variant | case | p50 ms | {clients}-client req/s |",
-          "|---|---|---|---:|---:|"]
+             f"{clients}-client req/s | raw req/s (adjacent) | / raw |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    ab = [f"| model | variant | case | p50 ms | p50 / raw | {clients}-client req/s | / raw |",
+          "|---|---|---|---:|---:|---:|---:|"]
     for doc in results.values():
         name = doc["name"]
         for hint, raw in doc["raw"].items():
             one, many = raw["1"], raw[n]
             lines.append(f"| {name} | raw OpenVINO ({hint}) | InferRequest / AsyncInferQueue | "
                          f"{one['p50_ms']:.2f} | {one['p90_ms']:.2f} | {one['p99_ms']:.2f} | | "
-                         f"1.00 | {many['rps']:.0f} | |")
+                         f"1.00 | {many['rps']:.0f} | | |")
         for entry in doc["servers"].values():
             for case, by in entry["cases"].items():
                 a, b = by["1"], by[n]
                 if entry["server"] in AB_LABELS:
                     ab.append(f"| {name} | {entry['server']} | {case} | {a['p50_ms']:.2f} | "
-                              f"{b['rps']:.0f} |")
+                              f"{a['p50_ratio']:.2f} | {b['rps']:.0f} | {b['rps_ratio']:.2f} |")
                     continue
                 lines.append(f"| {name} | {entry['server']} ({entry['hint']}) | {case} | "
                              f"{a['p50_ms']:.2f} | {a['p90_ms']:.2f} | {a['p99_ms']:.2f} | "
                              f"{a.get('raw_p50_ms', 0):.2f} | {a['p50_ratio']:.2f} | "
-                             f"{b['rps']:.0f} | {b['rps_ratio']:.2f} |")
+                             f"{b['rps']:.0f} | {b.get('raw_rps', 0):.0f} | "
+                             f"{b['rps_ratio']:.2f} |")
     if len(ab) > 2:
         lines += ["", "Before/after (same run, `--ab`): the server without one optimisation, "
                   "or with the opt-in dynamic batching", "", *ab]

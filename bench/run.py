@@ -150,7 +150,7 @@ def _serve(doc: dict[str, Any], label: str, hint: str, factories: dict[str, case
            args: argparse.Namespace) -> None:
     count, per_client = counts(doc["name"], args.quick)
     rows = warm.serve_cases(factories, count, args.clients, per_client,
-                            warm.RAW_CALLS[(doc["name"], hint)])
+                            warm.RAW_CALLS[(doc["name"], hint)], warm.RAW_QUEUES[doc["name"]])
     warm.add_ratios(rows, doc["raw"], hint, args.clients)
     doc["servers"][f"{label} {hint[0]}"] = {"server": label, "hint": hint, "cases": rows}
     print(f"  warm {doc['name']}: {label} ({hint}) done", flush=True)
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=3, help="cold-start runs per scenario")
+    parser.add_argument("--repeat", type=int, default=5, help="cold-start runs per scenario")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-peer", dest="peer", action="store_false")
     parser.add_argument("--no-cold", dest="cold", action="store_false")

@@ -4,14 +4,16 @@ Raw baselines run in this process on the same IR and input, before any server is
   latency     one InferRequest of a LATENCY-hint compile, back to back (1 client); the same
               on a THROUGHPUT-hint compile is kept as "1 THROUGHPUT" (serve's default hint)
   throughput  AsyncInferQueue(N jobs) of a THROUGHPUT-hint and of a LATENCY-hint compile;
-              the better of the two is the N-client baseline
+              the better of the two is the N-client baseline, and is run again right after
+              each served N-client run (the machine has slow spells: adjacent runs share them)
 Served rows report p50/p90/p99 and req/s; ratios are p50 / raw p50 with the server's hint
-(1 client) and req/s / the better raw req/s (N clients).
+(1 client, paired) and req/s / the adjacent raw req/s (N clients).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ HINTS = ("LATENCY", "THROUGHPUT")
 # last Python callback is still waiting for the GIL can deadlock.
 _KEEP: list[object] = []
 RAW_CALLS: dict[tuple[str, str], Call] = {}  # (model, hint) -> one raw inference
+RAW_QUEUES: dict[str, Callable[[], Row]] = {}  # model -> one run of the faster raw queue
 
 
 def raw_baselines(name: str, model_file: Path, x: np.ndarray, count: int, clients: int,
@@ -34,60 +37,73 @@ def raw_baselines(name: str, model_file: Path, x: np.ndarray, count: int, client
     InferRequests stay in RAW_CALLS for the served cases' paired runs."""
     core = ov.Core()
     rows: dict[str, dict[str, Row]] = {}
+    runs: dict[str, Callable[[], Row]] = {}
     for hint in HINTS:
         compiled = core.compile_model(str(model_file), "CPU", {"PERFORMANCE_HINT": hint})
         request = compiled.create_infer_request()
         RAW_CALLS[(name, hint)] = lambda request=request: request.infer({0: x})
-        rows[hint] = {"1": one_client(RAW_CALLS[(name, hint)], count),
-                      str(clients): _queue(compiled, x, total, clients)}
+        runs[hint] = _queue_runner(compiled, x, total, clients)
+        rows[hint] = {"1": one_client(RAW_CALLS[(name, hint)], count), str(clients): runs[hint]()}
         _KEEP.extend((compiled, request))
+    RAW_QUEUES[name] = runs[max(HINTS, key=lambda hint: rows[hint][str(clients)]["rps"])]
     return rows
 
 
-def _queue(compiled: ov.CompiledModel, x: np.ndarray, total: int, jobs: int) -> Row:
-    """AsyncInferQueue with `jobs` requests; a latency includes waiting for a free request."""
+def _queue_runner(compiled: ov.CompiledModel, x: np.ndarray, total: int, jobs: int
+                  ) -> Callable[[], Row]:
+    """One AsyncInferQueue with `jobs` requests, run `total` calls per call of the result; a
+    latency includes waiting for a free request. The queue is never destroyed during the
+    run: tearing down an AsyncInferQueue whose Python callback thread may still want the GIL
+    can deadlock (two full runs hung in futex_do_wait here)."""
     queue = ov.AsyncInferQueue(compiled, jobs)
     times: list[float] = []
     queue.set_callback(lambda request, sent: times.append(time.perf_counter() - sent))
-    for _ in range(2 * jobs):
-        queue.start_async({0: x}, time.perf_counter())
-    queue.wait_all()
-    times.clear()
-    started = time.perf_counter()
-    for _ in range(total):
-        queue.start_async({0: x}, time.perf_counter())
-    queue.wait_all()
-    wall = time.perf_counter() - started
-    # never destroyed during the run: tearing down an AsyncInferQueue whose Python callback
-    # thread may still want the GIL can deadlock (two full runs hung in futex_do_wait here)
     _KEEP.append((queue, compiled))
-    return {**summary(times), "rps": total / wall, "n": total}
+
+    def run() -> Row:
+        for _ in range(2 * jobs):
+            queue.start_async({0: x}, time.perf_counter())
+        queue.wait_all()
+        times.clear()
+        started = time.perf_counter()
+        for _ in range(total):
+            queue.start_async({0: x}, time.perf_counter())
+        queue.wait_all()
+        wall = time.perf_counter() - started
+        return {**summary(times), "rps": total / wall, "n": total}
+
+    return run
 
 
 def serve_cases(factories: dict[str, Factory], count: int, clients: int, per_client: int,
-                raw_call: Call) -> dict[str, dict[str, Row]]:
-    """1 client: paired with the raw InferRequest (alternating blocks); N clients: alone."""
+                raw_call: Call, raw_queue: Callable[[], Row]) -> dict[str, dict[str, Row]]:
+    """1 client: paired with the raw InferRequest (alternating blocks); N clients: followed by
+    a run of the faster raw queue."""
     rows: dict[str, dict[str, Row]] = {}
     for name, factory in factories.items():
         one, raw = paired(factory(), raw_call, count)
         one.update({f"raw_{key}": raw[key] for key in ("p50_ms", "p90_ms", "p99_ms")})
-        rows[name] = {"1": one, str(clients): many_clients(factory, clients, per_client)}
+        many = many_clients(factory, clients, per_client)
+        adjacent = raw_queue()
+        many.update(raw_rps=adjacent["rps"], raw_p50_ms=adjacent["p50_ms"])
+        rows[name] = {"1": one, str(clients): many}
     return rows
 
 
 def add_ratios(rows: dict[str, dict[str, Row]], raw: dict[str, dict[str, Row]], hint: str,
                clients: int) -> None:
     """1 client: against raw OpenVINO compiled with the server's hint, measured in alternating
-    blocks with the served calls. N clients: against the faster of the raw AsyncInferQueue
-    runs (either hint), the best this host can do."""
+    blocks with the served calls. N clients: against the faster raw AsyncInferQueue (either
+    hint, the best this host can do), run right after the served run."""
     many = max((by_clients[str(clients)] for by_clients in raw.values()), key=lambda r: r["rps"])
     for by_clients in rows.values():
         served = by_clients["1"]
         for key in ("p50_ms", "p90_ms", "p99_ms"):
             base = served.get(f"raw_{key}") or raw[hint]["1"][key]  # paired run, else the first
             served[f"{key[:3]}_ratio"] = served[key] / base
-        by_clients[str(clients)]["rps_ratio"] = by_clients[str(clients)]["rps"] / many["rps"]
-        by_clients[str(clients)]["p50_ratio"] = by_clients[str(clients)]["p50_ms"] / many["p50_ms"]
+        row = by_clients[str(clients)]
+        row["rps_ratio"] = row["rps"] / (row.get("raw_rps") or many["rps"])
+        row["p50_ratio"] = row["p50_ms"] / (row.get("raw_p50_ms") or many["p50_ms"])
 
 
 def table(results: dict[str, Any], clients: int) -> list[str]:
