@@ -35,6 +35,7 @@ MAX_HEADERS = 100
 MAX_CONNECTIONS = 1024
 KEEPALIVE_SECONDS = 75.0
 _RECV = 256 * 1024
+_BODY_STEP = 1 << 20
 _REASONS = {100: "Continue", 200: "OK", 201: "Created", 204: "No Content",
             400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             406: "Not Acceptable", 408: "Request Timeout", 409: "Conflict",
@@ -293,17 +294,18 @@ def _keep_alive(version: str, connection: str) -> bool:
 
 
 def _read_exact(sock: socket.socket, buf: bytearray, size: int) -> bytes:
-    body = bytearray(size)
-    view = memoryview(body)
-    got = min(len(buf), size)
-    view[:got] = buf[:got]
-    del buf[:got]
+    """`size` body bytes; memory grows as they arrive, not from what Content-Length claims."""
+    first = bytes(buf[:size])
+    del buf[:size]
+    parts = [first]
+    got = len(first)
     while got < size:
-        count = sock.recv_into(view[got:])
-        if not count:
+        chunk = sock.recv(min(size - got, _BODY_STEP))
+        if not chunk:
             raise ConnectionError("client closed mid-body")
-        got += count
-    return bytes(body)
+        parts.append(chunk)
+        got += len(chunk)
+    return first if len(parts) == 1 else b"".join(parts)
 
 
 def _read_line(sock: socket.socket, buf: bytearray) -> bytes:
