@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from bench import cases, cold, peer, warm
+from bench import cases, cold, floor, peer, warm
 from bench.common import REPO, base_env, free_port, http_ok, ov_serve_cmd, process, save, workdir
 from bench.models import resnet50_like
 from demo.models import classifier
@@ -193,6 +193,21 @@ def make_blob(root: Path, model: str, model_dir: Path) -> Path:
     return blob
 
 
+def run_floor(results: dict[str, Any], inputs: dict[str, cases.Payload],
+              args: argparse.Namespace) -> dict[str, Any]:
+    """Per model: the KServe binary request against a server that only sleeps the raw
+    THROUGHPUT p50 (serve's hint), paired with a bare sleep (bench/floor.py)."""
+    rows = {}
+    for name, doc in results.items():
+        seconds = doc["raw"]["THROUGHPUT"]["1"]["p50_ms"] / 1e3
+        rows[name] = floor.measure(cold.kserve_binary(name, inputs[name].x), seconds,
+                                   counts(name, args.quick)[0])
+        print(f"transport floor {name}: REST KServe binary round trip around a "
+              f"{1e3 * seconds:.2f} ms sleep: p50 {rows[name]['p50_ms']:.2f} ms, "
+              f"{rows[name]['p50_ratio']:.2f}x the bare sleep", flush=True)
+    return rows
+
+
 def run_cold(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload],
              args: argparse.Namespace) -> dict[str, Any]:
     model = "resnet50" if "resnet50" in files else next(iter(files))
@@ -242,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm:
         doc["warm"] = run_warm(root, files, inputs, args)
         print("\n".join(warm.table(doc["warm"], args.clients)), flush=True)
+        doc["floor"] = run_floor(doc["warm"], inputs, args)
     if args.cold:
         doc["cold"] = run_cold(root, files, inputs, args)
         print(f"\ncold start, {doc['cold']['model']}:")
