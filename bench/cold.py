@@ -136,8 +136,8 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
             **lam, OVS_CACHE_DIR=fresh_cache(), **extra)))
     add("functions-framework (probe)", lambda: probe("cloud_run", request, base_env(
         **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache())))
-    add("serve (probe)", lambda: probe("serve", request, base_env(
-        **local, OVS_CACHE_DIR=fresh_cache())))
+    add("serve (probe)", lambda: probe("serve", request, base_env(  # serve's THROUGHPUT hint
+        **local, OVS_CONCURRENT="1", OVS_CACHE_DIR=fresh_cache())))
     ff = str(Path(sys.executable).parent / "functions-framework")
     port = free_port()
     add("functions-framework (real)", lambda: real(
