@@ -153,8 +153,31 @@ def numeric_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
         )
     if spec.dtype is tensors.BYTES:
         raise InvalidInputError(f"Input {spec.name} takes strings or b64 values, not numbers")
-    with np.errstate(over="ignore", invalid="ignore"):  # 1e300 -> inf in FP32, as a C cast
-        return array.astype(spec.dtype.numpy, copy=False)
+    return cast_numbers(array, spec.dtype.numpy, spec.name)
+
+
+def cast_numbers(array: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """JSON numbers -> `dtype`. A float input takes any number (1e300 -> inf in FP32, as a C
+    cast); an integer input only integers it can hold, as TF Serving and OVMS check each
+    value's JSON type: -1 for UINT8 or 1.5 for INT32 is a 400, not a silent 255 or 1."""
+    if not fits(array, dtype):
+        info = np.iinfo(dtype)
+        raise InvalidInputError(f"Invalid value for input {name}: expected integers from "
+                                f"{info.min} to {info.max}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return array.astype(dtype, copy=False)
+
+
+def fits(array: np.ndarray, dtype: np.dtype) -> bool:
+    """Every value of `array` is one that integer `dtype` holds exactly (True if not int)."""
+    if dtype.kind not in "iu" or array.dtype.kind not in "iuf" or not array.size:
+        return True
+    info = np.iinfo(dtype)
+    if array.dtype.kind == "f":
+        return bool(np.isfinite(array).all() and np.array_equal(array, np.trunc(array))
+                    and float(array.min()) >= info.min
+                    and float(array.max()) < float(info.max) + 1)
+    return int(array.min()) >= info.min and int(array.max()) <= info.max
 
 
 # -- fast path for big numeric JSON ------------------------------------------------------------
@@ -230,6 +253,8 @@ def fast_numeric(value: Any, dtype: np.dtype) -> tuple[np.ndarray, int] | None:
         return None
     if entry[0] == "d" and dtype.itemsize < 8 and flat.size and \
             not float(np.abs(flat).max()) < _EXACT_INT:
+        return None
+    if not fits(flat, dtype):  # the exact path reports it
         return None
     arrays = sum(math.prod(shape[:depth]) for depth in range(len(shape)))
     with np.errstate(over="ignore", invalid="ignore"):  # as numeric_array: a C cast

@@ -18,6 +18,7 @@ import numpy as np
 from core import limits, tensors
 from core.codecs.common import (
     brackets,
+    cast_numbers,
     dumps,
     fast_numeric,
     is_array,
@@ -237,8 +238,7 @@ def _from_json(data: Any, dtype: tensors.DType, shape: list[int], count: int, na
             raise InvalidInputError(f"Invalid data for input {name}: not a valid array") from None
         if array.dtype.kind not in "biuf":
             raise InvalidInputError(f"Invalid data for input {name}: expected numbers")
-        with np.errstate(over="ignore", invalid="ignore"):  # out of range -> inf, as a C cast
-            array = array.astype(dtype.numpy, copy=False).reshape(-1)
+        array = cast_numbers(array, dtype.numpy, name).reshape(-1)
     if array.size != count:
         raise InvalidInputError(
             f"Invalid number of values in tensor proto container - Expected: {count}; "
