@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 from core import errors, limits, logs, rest
 from core.config import Settings
@@ -202,6 +203,14 @@ def _ver(match: re.Match[str]) -> int | None:
 
 def json_response(body: bytes, status: int = 200) -> Response:
     return Response(status, body, {"content-type": JSON})
+
+
+def reason_phrase(status: int) -> str:
+    """The standard reason phrase of an HTTP status, for transports that send one."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
 
 
 def error_response(exc: errors.ServingError) -> Response:

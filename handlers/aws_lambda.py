@@ -33,13 +33,20 @@ import base64  # noqa: E402
 import binascii  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import replace  # noqa: E402
-from http import HTTPStatus  # noqa: E402
 from typing import Any  # noqa: E402
 from urllib.parse import parse_qsl, unquote_plus  # noqa: E402
 
 import orjson  # noqa: E402
 
-from core.api import App, Request, Response, default_app, error_response, make_request  # noqa: E402
+from core.api import (  # noqa: E402
+    App,
+    Request,
+    Response,
+    default_app,
+    error_response,
+    make_request,
+    reason_phrase,
+)
 from core.config import Settings  # noqa: E402
 from core.errors import InvalidInputError, PayloadTooLargeError, ServingError  # noqa: E402
 
@@ -136,7 +143,7 @@ class Alb(RestV1):
     def reply(self, event: Event, response: Response) -> Event:
         body, encoded = _reply_body(response)
         reply: Event = {"statusCode": response.status,
-                        "statusDescription": f"{response.status} {_phrase(response.status)}",
+                        "statusDescription": f"{response.status} {reason_phrase(response.status)}",
                         "body": body, "isBase64Encoded": encoded}
         if "multiValueHeaders" in event:  # lambda.multi_value_headers.enabled on the group
             reply["multiValueHeaders"] = {k: [v] for k, v in response.headers.items()}
@@ -214,13 +221,6 @@ def _strip_prefix(path: str, prefix: str) -> str:
     if path == prefix or path.startswith(prefix + "/"):
         return path[len(prefix):] or "/"
     return path
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Unknown"
 
 
 # -- warm state: built once per execution environment ---------------------------------------

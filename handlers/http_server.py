@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import parse_qsl, unquote
 
-from core.api import JSON, Request, Response
+from core.api import JSON, Request, Response, reason_phrase
 from core.errors import ServingError
 
 MAX_HEAD = 64 * 1024
@@ -36,14 +36,6 @@ MAX_CONNECTIONS = 1024
 KEEPALIVE_SECONDS = 75.0
 _RECV = 256 * 1024
 _BODY_STEP = 1 << 20
-_REASONS = {100: "Continue", 200: "OK", 201: "Created", 204: "No Content",
-            400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            406: "Not Acceptable", 408: "Request Timeout", 409: "Conflict",
-            412: "Precondition Failed", 413: "Payload Too Large",
-            415: "Unsupported Media Type", 417: "Expectation Failed",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable",
-            505: "HTTP Version Not Supported"}
 
 log = logging.getLogger("ov_serverless.http")
 Handler = Callable[[Request], Response]
@@ -343,7 +335,7 @@ def _read_chunked(sock: socket.socket, buf: bytearray, limit: int) -> bytes:
 
 
 def _send(sock: socket.socket, response: Response, head_only: bool, keep: bool) -> None:
-    lines = [f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}",
+    lines = [f"HTTP/1.1 {response.status} {reason_phrase(response.status)}",
              f"Date: {_date()}", "Server: ov-serverless",
              f"Content-Length: {len(response.body)}"]
     lines += [f"{name.title()}: {value}" for name, value in response.headers.items()]
