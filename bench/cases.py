@@ -13,6 +13,7 @@ import http.client
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import orjson
@@ -78,6 +79,17 @@ def rest(port: int, path: str, body: bytes, headers: dict[str, str]) -> Factory:
     return factory
 
 
+def kserve_binary(model: str, x: np.ndarray) -> dict[str, Any]:
+    """The KServe binary-tensor request for `x` (path, body, headers), binary reply asked."""
+    header = orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape),
+                                       "datatype": "FP32",
+                                       "parameters": {"binary_data_size": x.nbytes}}],
+                           "parameters": {"binary_data_output": True}})
+    return {"path": f"/v2/models/{model}/infer", "body": header + x.tobytes(),
+            "headers": {"Inference-Header-Content-Length": str(len(header)),
+                        "Content-Type": "application/octet-stream"}}
+
+
 def rest_cases(port: int, payload: Payload, cases: tuple[str, ...]) -> dict[str, Factory]:
     x, name = payload.x, payload.model
     json_headers = {"Content-Type": "application/json"}
@@ -89,14 +101,8 @@ def rest_cases(port: int, payload: Payload, cases: tuple[str, ...]) -> dict[str,
         made[REST_KSERVE_JSON] = rest(port, f"/v2/models/{name}/infer", payload.kserve_json,
                                       json_headers)
     if REST_KSERVE_BINARY in cases:
-        header = orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape),
-                                           "datatype": "FP32",
-                                           "parameters": {"binary_data_size": x.nbytes}}],
-                               "parameters": {"binary_data_output": True}})
-        made[REST_KSERVE_BINARY] = rest(
-            port, f"/v2/models/{name}/infer", header + x.tobytes(),
-            {"Inference-Header-Content-Length": str(len(header)),
-             "Content-Type": "application/octet-stream"})
+        binary = kserve_binary(name, x)
+        made[REST_KSERVE_BINARY] = rest(port, binary["path"], binary["body"], binary["headers"])
     if REST_JPEG in cases:
         images = [{"b64": base64.b64encode(payload.jpeg).decode()}] * x.shape[0]
         made[REST_JPEG] = rest(port, f"/v1/models/{name}:predict",

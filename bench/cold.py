@@ -24,22 +24,13 @@ import numpy as np
 import orjson
 
 from bench import peer
+from bench.cases import kserve_binary
 from bench.common import REPO, base_env, free_port, http_ok, median_of, process, rss_mb
 
 CHILD = REPO / "bench" / "cold_child.py"
 EVENT = REPO / "tests" / "events" / "sam-cli-rendered" / "HttpApi.json"
 STAGES = ("process_s", "import_s", "config_s", "download_s", "read_s", "compile_s", "other_s",
           "first_infer_s", "total_s")
-
-
-def kserve_binary(model: str, x: np.ndarray) -> dict[str, Any]:
-    header = orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape),
-                                       "datatype": "FP32",
-                                       "parameters": {"binary_data_size": x.nbytes}}],
-                           "parameters": {"binary_data_output": True}})
-    return {"path": f"/v2/models/{model}/infer", "body": header + x.tobytes(),
-            "headers": {"Inference-Header-Content-Length": str(len(header)),
-                        "Content-Type": "application/octet-stream"}}
 
 
 def request_file(root: Path, model: str, model_file: Path, x: np.ndarray,

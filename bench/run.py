@@ -200,7 +200,7 @@ def run_floor(results: dict[str, Any], inputs: dict[str, cases.Payload],
     rows = {}
     for name, doc in results.items():
         seconds = doc["raw"]["THROUGHPUT"]["1"]["p50_ms"] / 1e3
-        rows[name] = floor.measure(cold.kserve_binary(name, inputs[name].x), seconds,
+        rows[name] = floor.measure(cases.kserve_binary(name, inputs[name].x), seconds,
                                    counts(name, args.quick)[0])
         print(f"transport floor {name}: REST KServe binary round trip around a "
               f"{1e3 * seconds:.2f} ms sleep: p50 {rows[name]['p50_ms']:.2f} ms, "
