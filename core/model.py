@@ -104,6 +104,7 @@ class ModelVersion:
         self._batcher: Batcher | None = None
         self._inflight = 0
         self._idle = threading.Condition()
+        self._served = threading.Event()  # set when the first request ends: blob export waits
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -180,7 +181,7 @@ class ModelVersion:
         else:
             self._compiled = core.compile_model(model, device, properties)
             if blob:
-                compiled_cache.save_later(self._compiled, blob, self.cache_dir)
+                compiled_cache.save_later(self._compiled, blob, self.cache_dir, self._served)
         self.timings["compile_s"] = time.perf_counter() - started
         self._fill_pool()
         if self.config.dynamic_batching is not None:
@@ -286,6 +287,8 @@ class ModelVersion:
             with self._idle:
                 self._inflight -= 1
                 self._idle.notify_all()
+            if not self._served.is_set():
+                self._served.set()
 
     def _run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._batcher is not None:

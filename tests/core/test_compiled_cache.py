@@ -51,11 +51,27 @@ def test_concurrent_host_writes_a_blob_the_next_instance_imports(tmp_path: Path)
     compiled_cache.configure(True)
     first = version(tmp_path / "m" / "1", tmp_path / "cache")
     assert first.timings["blob_hit"] == 0.0
+    run(first)  # the export waits for the first request
     blob = wait_for_blob(tmp_path / "cache")
     assert blob.name == f"{first.blob_key}.blob"
     second = version(tmp_path / "m" / "1", tmp_path / "cache")
     assert second.timings["blob_hit"] == 1.0
     np.testing.assert_array_equal(run(second), run(first))
+
+
+def test_export_waits_for_the_first_request_or_an_idle_spell(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold start's first answer does not share the CPU with the export."""
+    save(scaler(3.0), tmp_path / "m" / "1")
+    compiled_cache.configure(True)
+    served = version(tmp_path / "m" / "1", tmp_path / "served")
+    time.sleep(0.5)
+    assert not list((tmp_path / "served" / "blobs").glob("*.blob"))
+    run(served)
+    wait_for_blob(tmp_path / "served")
+    monkeypatch.setattr(compiled_cache, "EXPORT_WAIT_S", 0.3)
+    version(tmp_path / "m" / "1", tmp_path / "idle")  # never asked: exports after the wait
+    wait_for_blob(tmp_path / "idle")
 
 
 def test_one_request_hosts_read_blobs_but_do_not_write(tmp_path: Path) -> None:
