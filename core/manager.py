@@ -98,11 +98,11 @@ class ServedModel:
             wanted = {v: present[v] for v in self.config.version_policy.select(list(present))}
             added = [v for v, fp in wanted.items() if self._stale(v, fp)]
             prepared = {v: self._prepare(v, load) for v in added}
-            fresh = self._keep_serving_on_failure({v: new for v, (new, _) in prepared.items()})
+            fresh, flagged = self._keep_serving_on_failure(
+                {v: new for v, (new, _) in prepared.items()})
             before = self.versions
             replaced = [before[v] for v in fresh if v in before  # (a failed one holds nothing)
-                        and before[v].status.state < State.UNLOADING
-                        and before[v].status.error_code == "OK"]
+                        and before[v].status.state in (State.START, State.AVAILABLE)]
             self.versions = {**before, **fresh}
             # a version whose files were read is not tried again until they change; one whose
             # files could not be fetched (storage down) is retried on the next sync
@@ -114,8 +114,8 @@ class ServedModel:
             displaced = self._displaced()
         for version in [*replaced, *displaced]:
             _retire_later(version)
-        return bool(displaced) or any(not _same_failure(before.get(v), new)
-                                      for v, new in fresh.items())
+        return bool(displaced) or flagged or any(not _same_failure(before.get(v), new)
+                                                 for v, new in fresh.items())
 
     def _stale(self, number: int, fingerprint: str) -> bool:
         current = self.versions.get(number)
@@ -133,18 +133,23 @@ class ServedModel:
                 if v not in self._wanted and v not in standing_in
                 and version.status.state < State.UNLOADING]
 
-    def _keep_serving_on_failure(self, fresh: dict[int, ModelVersion]) -> dict[int, ModelVersion]:
-        """A changed version whose replacement failed keeps serving the old files."""
-        kept = {}
+    def _keep_serving_on_failure(self, fresh: dict[int, ModelVersion]
+                                 ) -> tuple[dict[int, ModelVersion], bool]:
+        """A changed version whose replacement failed keeps serving the old files; its status
+        stays AVAILABLE and carries the failure (error code and message) until files that
+        load replace it. -> (the versions to publish, whether a status took a failure)."""
+        kept, flagged = {}, False
         for number, new in fresh.items():
             old = self.versions.get(number)
             if new.status.error_code != "OK" and old is not None and old.available:
-                log.error("Model %s version %d: the changed files failed to load (%s); the "
-                          "previous files keep serving", self.name, number,
-                          new.status.error_message)
+                message = (f"The changed files failed to load ({new.status.error_message}); "
+                           "the previous files keep serving")
+                log.error("Model %s version %d: %s", self.name, number, message)
+                old.status = Status(State.AVAILABLE, new.status.error_code, message)
+                flagged = True
                 continue
             kept[number] = new
-        return kept
+        return kept, flagged
 
     def _prepare(self, number: int, load: bool) -> tuple[ModelVersion, bool]:
         """A new version object (loaded unless lazy) and whether its files were fetched."""

@@ -17,6 +17,7 @@ from core.config import Settings
 from core.model import State
 from tests.reload.helpers import (
     app_sender,
+    corrupt_in_place,
     put_corrupt_version,
     put_version,
     remove_version,
@@ -138,6 +139,25 @@ def test_reload_answers_201_when_something_changed_and_200_when_not(tmp_path: Pa
             for n, e in doc.items()} == {
         "m": [("1", "AVAILABLE"), ("2", "AVAILABLE"), ("3", "UNLOADING")],
         "n": [("1", "AVAILABLE")]}
+
+
+def test_failed_replacement_shows_in_the_status_until_good_files_replace_it(
+        tmp_path: Path) -> None:
+    put_version(tmp_path / "m", 1, factor=2.0)
+    config = write_config_atomic(tmp_path / "config.json", [{"name": "m", "base_path": "m"}])
+    app = start_app(settings(tmp_path, config))
+    send = app_sender(app)
+    corrupt_in_place(tmp_path / "m" / "1", "model.bin")
+    assert send("POST", "/v1/config/reload")[0] == 201
+    state, message = states(send, "m")[1]
+    assert state == "AVAILABLE"
+    assert "changed files failed to load" in message and "bin" in message, message
+    assert _predict(send, "m") == (200, 2.0)  # the loaded copy keeps serving
+    shutil.rmtree(tmp_path / "m" / "1")
+    put_version(tmp_path / "m", 1, factor=6.0)
+    assert send("POST", "/v1/config/reload")[0] == 201
+    assert states(send, "m")[1] == ("AVAILABLE", "OK")
+    assert _predict(send, "m") == (200, 6.0)
 
 
 def test_removed_version_finishes_its_in_flight_requests(tmp_path: Path) -> None:

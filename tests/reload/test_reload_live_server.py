@@ -111,7 +111,9 @@ def test_versions_change_under_load_without_failed_requests(repo: Path,
 
     final = states(send, "m")
     assert final[1] == ("END", "OK")
-    assert final[2] == ("AVAILABLE", "OK") and final[3] == ("AVAILABLE", "OK")
+    assert final[2][0] == "AVAILABLE" and final[3] == ("AVAILABLE", "OK")
+    assert "changed files failed to load" in final[2][1], final[2]  # the status tells
+    assert "Incorrect weights in bin file" in final[2][1], final[2]
     assert final[4][0] == "LOADING" and "model.xml" in final[4][1], final[4]
     assert final[5][0] == "LOADING" and "Incorrect weights in bin file" in final[5][1], final[5]
     assert "Exception from" not in final[4][1] + final[5][1]
