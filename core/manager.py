@@ -103,6 +103,9 @@ class ServedModel:
             before = self.versions
             replaced = [before[v] for v in fresh if v in before  # (a failed one holds nothing)
                         and before[v].status.state in (State.START, State.AVAILABLE)]
+            for v in fresh:  # failed objects overwritten here hold no model, only files
+                if v in before and before[v].status.state is State.LOADING:
+                    self.repository.release(before[v].folder)
             self.versions = {**before, **fresh}
             # a version whose files were read is not tried again until they change; one whose
             # files could not be fetched (storage down) is retried on the next sync
@@ -113,7 +116,7 @@ class ServedModel:
             self._present, self._wanted = set(present), set(wanted)
             displaced = self._displaced()
         for version in [*replaced, *displaced]:
-            _retire_later(version)
+            self._retire(version)
         return bool(displaced) or flagged or any(not _same_failure(before.get(v), new)
                                                  for v, new in fresh.items())
 
@@ -146,6 +149,7 @@ class ServedModel:
                            "the previous files keep serving")
                 log.error("Model %s version %d: %s", self.name, number, message)
                 old.status = Status(State.AVAILABLE, new.status.error_code, message)
+                self.repository.release(new.folder)
                 flagged = True
                 continue
             kept[number] = new
@@ -176,12 +180,23 @@ class ServedModel:
                     version.load()
             displaced = self._displaced()
         for version in displaced:
-            _retire_later(version)
+            self._retire(version)
 
     def retire(self) -> None:
         for version in self.versions.values():
             if version.status.state < State.UNLOADING:
-                _retire_later(version)
+                self._retire(version)
+
+    def _retire(self, version: ModelVersion) -> None:
+        """UNLOADING now (no new request resolves it); END in the background once drained,
+        then its downloaded files go (core.storage.remote counts who still uses them)."""
+        if version.unpublish():
+            def drain() -> None:
+                version.drain()
+                self.repository.release(version.folder)
+
+            threading.Thread(target=drain, name=f"retire-{version.name}-{version.version}",
+                             daemon=True).start()
 
 
 @dataclass
@@ -208,13 +223,6 @@ def _version_class(config: ModelConfig) -> type[ModelVersion]:
 
         return StatefulModelVersion
     return ModelVersion
-
-
-def _retire_later(version: ModelVersion) -> None:
-    """UNLOADING now (no new request resolves it); END in the background once drained."""
-    if version.unpublish():
-        threading.Thread(target=version.drain, name=f"retire-{version.name}-{version.version}",
-                         daemon=True).start()
 
 
 def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
@@ -433,3 +441,6 @@ class _Unreadable:
 
     def fetch(self, version: int) -> Path:
         raise errors.StorageError(self.message)
+
+    def release(self, folder: Path) -> None:
+        """Nothing was fetched."""

@@ -34,6 +34,11 @@ class Repository(Protocol):
         """A local folder holding exactly that version's files (downloaded if remote)."""
         ...
 
+    def release(self, folder: Path) -> None:
+        """A version fetched into `folder` is done with it (ended, or never loaded): a
+        downloaded copy nothing else in the process uses is deleted."""
+        ...
+
 
 def scheme_of(url: str) -> str:
     head, sep, _ = url.partition("://")

@@ -36,6 +36,9 @@ class LocalRepository:
             raise StorageError(f"Version folder is missing: {folder}")
         return folder
 
+    def release(self, folder: Path) -> None:
+        """The user's own files: never deleted."""
+
 
 def _fingerprint(folder: Path) -> str | None:
     """Names, sizes and mtimes of every file; None when the folder vanished while being read

@@ -11,6 +11,8 @@ failure. `RemoteRepository` turns that into the Repository protocol:
                 only when complete, so a partial download is never visible; an existing folder
                 with the same fingerprint is reused as is. A version of PROGRESS_MIN_BYTES or
                 more logs its progress (bytes on disk so far, MB/s) every PROGRESS_INTERVAL_S.
+    release(f)  the version that fetched f ended: once no version in the process uses f,
+                it is deleted (Folders)
 """
 
 from __future__ import annotations
@@ -136,9 +138,14 @@ class RemoteRepository:
             raise StorageError(f"Version folder is missing: {self.url.rstrip('/')}/{version}")
         target = self.cache_root / f"{version}-{fingerprint(objects, base)}"
         size = sum(o.size for o in objects)
-        cached = target.is_dir()
-        if not cached:
-            self._download_all(objects, base, target, f"{self.url.rstrip('/')}/{version}")
+        FOLDERS.acquire(target)  # before the check: a release cannot delete it under us
+        try:
+            cached = target.is_dir()
+            if not cached:
+                self._download_all(objects, base, target, f"{self.url.rstrip('/')}/{version}")
+        except BaseException:
+            FOLDERS.release(target)
+            raise
         log.info(
             "model version ready",
             extra={
@@ -152,6 +159,9 @@ class RemoteRepository:
             },
         )
         return target
+
+    def release(self, folder: Path) -> None:
+        FOLDERS.release(folder)
 
     def _download_all(
         self, objects: list[RemoteObject], base: str, target: Path, label: str
@@ -231,6 +241,44 @@ class Progress:
                     "mb_per_s": round(rate, 1),
                 },
             )
+
+
+class Folders:
+    """The downloaded version folders this process uses, counted (two models may name the
+    same bucket path). The last release deletes the folder: a long-lived instance that sees
+    many versions come and go would otherwise fill its disk (/tmp is small on Lambda)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: dict[Path, int] = {}
+
+    def acquire(self, folder: Path) -> None:
+        with self._lock:
+            self._users[folder] = self._users.get(folder, 0) + 1
+
+    def users(self, folder: Path) -> int:
+        with self._lock:
+            return self._users.get(folder, 0)
+
+    def release(self, folder: Path) -> None:
+        with self._lock:
+            count = self._users.pop(folder, 0)
+            if count > 1:
+                self._users[folder] = count - 1
+                return
+            if count == 0 or not folder.is_dir():
+                return
+            gone = folder.with_name(f".gone-{folder.name}-{os.getpid()}-{time.monotonic_ns()}")
+            try:
+                os.rename(folder, gone)  # under the lock: a fetch never sees half a folder
+            except OSError as exc:
+                log.warning("Could not remove cached version folder %s: %s", folder, exc)
+                return
+        shutil.rmtree(gone, ignore_errors=True)
+        log.info("removed cached version folder", extra={"path": str(folder)})
+
+
+FOLDERS = Folders()
 
 
 def _bytes_under(folder: Path) -> int:

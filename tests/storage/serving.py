@@ -82,10 +82,11 @@ def states(app: App, name: str = "scaler") -> dict[int, tuple[str, str]]:
     }
 
 
-def wait_state(app: App, version: int, state: str, timeout_s: float = 10.0) -> None:
+def wait_state(app: App, version: int, state: str, timeout_s: float = 10.0,
+               name: str = "scaler") -> None:
     deadline = time.monotonic() + timeout_s
-    while states(app).get(version, ("",))[0] != state:
-        assert time.monotonic() < deadline, f"v{version} not {state}: {states(app)}"
+    while states(app, name).get(version, ("",))[0] != state:
+        assert time.monotonic() < deadline, f"v{version} not {state}: {states(app, name)}"
         time.sleep(0.02)
 
 

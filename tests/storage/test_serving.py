@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -81,6 +82,44 @@ def test_reload_picks_up_added_and_deleted_versions(store: Store, cache_dir: Pat
     assert status == 404, error
     assert predict(app) == (200, scaled(3))
     assert predict(app, version=2) == (200, scaled(2))
+    # the ended version's download is deleted: a long-lived instance's disk does not fill up
+    _wait_folders(cache_dir, store, "repo/scaler", ["2", "3"])
+
+
+def _wait_folders(cache_dir: Path, store: Store, prefix: str, want: list[str]) -> None:
+    deadline = time.monotonic() + 10
+    while (seen := [n.split("-")[0] for n in version_folders(cache_dir, store, prefix)]) != want:
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.02)
+
+
+def test_a_download_two_models_share_stays_until_both_are_done(
+    store: Store, cache_dir: Path, tmp_path: Path
+) -> None:
+    put_scaler(store, "repo/scaler", 1)
+    url = store.url("repo/scaler")
+    config = tmp_path / "config.json"
+
+    def serve(*names: str) -> None:
+        entries = [{"config": {"name": n, "base_path": url}} for n in names]
+        config.write_text(json.dumps({"model_config_list": entries}))
+
+    serve("a", "b")
+    app = start_app(Settings(config_path=str(config), cache_dir=str(cache_dir)))
+    (folder,) = version_folders(cache_dir, store, "repo/scaler")
+    serve("b")
+    assert call(app, "POST", "/v1/config/reload")[0] == 201
+    wait_state(app, 1, "END", name="a")
+    assert version_folders(cache_dir, store, "repo/scaler") == [folder]  # b still reads it
+    assert predict(app, "b") == (200, scaled(1))
+    put_scaler(store, "repo/scaler", 1, factor=5.0)  # b's version 1 changes in the bucket
+    assert call(app, "POST", "/v1/config/reload")[0] == 201
+    assert predict(app, "b") == (200, scaled(5))
+    deadline = time.monotonic() + 10
+    while folder in version_folders(cache_dir, store, "repo/scaler"):
+        assert time.monotonic() < deadline, "the replaced download was not deleted"
+        time.sleep(0.02)
+    assert len(version_folders(cache_dir, store, "repo/scaler")) == 1
 
 
 def test_config_json_in_the_bucket(store: Store, cache_dir: Path) -> None:
