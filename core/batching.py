@@ -77,7 +77,9 @@ class Batcher:
 
     def _alone(self, feed: Feed) -> Outputs:
         """Dim 0 differs between inputs or exceeds max_batch_size: run it as it came."""
+        waited = time.perf_counter()
         request = self._pool.get()
+        self._on_wait(time.perf_counter() - waited)
         try:
             return self._run(request, feed)
         finally:

@@ -141,9 +141,11 @@ class ModelVersion:
         time.sleep(grace)
         with self._idle:
             self._idle.wait_for(lambda: self._inflight == 0, timeout=300)
-            if self._batcher is not None:
-                self._batcher.close()
-                self._batcher = None
+            batcher, self._batcher = self._batcher, None
+        if batcher is not None:  # joins its threads: not while holding the lock requests take
+            batcher.close()
+        with self._idle:
+            self._idle.wait_for(lambda: self._inflight == 0, timeout=300)  # any that came since
             self._compiled = None
             self._pool = queue.Queue()
             self._set(Status(State.END))

@@ -101,6 +101,9 @@ def test_a_request_bigger_than_max_batch_size_runs_alone(tmp_path: Path) -> None
     status, doc = _predict(app, "big", x)
     assert status == 200, doc
     np.testing.assert_array_equal(_rows(doc), x * 2)
+    text = metrics.exposition()[0].decode()  # its wait for an InferRequest is still counted
+    assert metric_value(text, "ovms_wait_for_infer_req_time_us_count", name="big",
+                        version="1") == 1
 
 
 def test_bad_input_is_still_rejected_per_request(tmp_path: Path) -> None:
