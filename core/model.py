@@ -100,6 +100,7 @@ class ModelVersion:
         self._input_ports: dict[str, str] = {}  # served name -> model tensor name
         self._output_names: list[str] = []  # served names in model output order
         self._compiled: ov.CompiledModel | None = None
+        self._blob: np.memmap | None = None  # an imported blob's mapping, backing the weights
         self._pool: queue.Queue[ov.InferRequest] = queue.Queue()
         self._batcher: Batcher | None = None
         self._inflight = 0
@@ -146,7 +147,7 @@ class ModelVersion:
             batcher.close()
         with self._idle:
             self._idle.wait_for(lambda: self._inflight == 0, timeout=300)  # any that came since
-            self._compiled = None
+            self._compiled = self._blob = None  # the mapping too: its file may be deleted
             self._pool = queue.Queue()
             self._set(Status(State.END))
 
@@ -179,7 +180,7 @@ class ModelVersion:
         self.blob_key = blob or ""  # core.compiled_cache.export_manager names blobs by it
         self.timings["blob_hit"] = float(imported is not None)
         if imported is not None:
-            self._compiled, self._blob = imported  # the mapping backs the model's weights
+            self._compiled, self._blob = imported
         else:
             self._compiled = core.compile_model(model, device, properties)
             if blob:

@@ -5,6 +5,7 @@ THROUGHPUT streams on concurrent hosts, LATENCY otherwise, plugin_config always 
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +96,21 @@ def test_blob_next_to_the_model_is_used(tmp_path: Path) -> None:
     again = version(folder, tmp_path / "cache2")
     assert again.timings["blob_hit"] == 1.0
     np.testing.assert_array_equal(run(again), np.full((2, 4), 5.0, np.float32))
+
+
+def test_a_retired_version_unmaps_its_blob(tmp_path: Path) -> None:
+    """The blob's disk space comes back once the version ends (its file may be deleted)."""
+    folder = tmp_path / "m" / "1"
+    save(scaler(5.0), folder)
+    loaded = version(folder, tmp_path / "cache")
+    blob = compiled_cache.write(loaded._compiled, loaded.blob_key, tmp_path / "baked")
+    compiled_cache.configure(False, [str(blob.parent)])
+    imported = version(folder, tmp_path / "cache2")
+    assert imported.timings["blob_hit"] == 1.0
+    assert str(blob) in Path("/proc/self/maps").read_text()
+    imported.retire(grace=0)
+    gc.collect()
+    assert str(blob) not in Path("/proc/self/maps").read_text()
 
 
 def test_broken_blob_falls_back_to_a_compile(tmp_path: Path) -> None:
