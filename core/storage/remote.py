@@ -256,10 +256,6 @@ class Folders:
         with self._lock:
             self._users[folder] = self._users.get(folder, 0) + 1
 
-    def users(self, folder: Path) -> int:
-        with self._lock:
-            return self._users.get(folder, 0)
-
     def release(self, folder: Path) -> None:
         with self._lock:
             count = self._users.pop(folder, 0)
