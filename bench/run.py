@@ -129,7 +129,6 @@ def run_warm(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload
 def ab_variants(root: Path, files: dict[str, Path]
                 ) -> list[tuple[str, str, dict[str, str], Path, tuple[str, ...]]]:
     """--ab: the server without one optimisation each, for before/after numbers.
-      default malloc  glibc returns freed request buffers to the kernel (core.memory off)
       no simdjson   the JSON cases on the orjson path (simdjson hidden from the server)
       nireq=2       OpenVINO's optimal nireq (= streams) instead of 2 per stream
       batching      with dynamic batching (opt-in; batch_size -1, up to 8 rows, 1 ms window)"""
@@ -141,9 +140,7 @@ def ab_variants(root: Path, files: dict[str, Path]
                            dynamic_batching={"max_batch_size": 8, "window_us": 1000})
     json_cases = (cases.REST_TFS_JSON, cases.REST_KSERVE_JSON)
     binary_cases = (cases.REST_KSERVE_BINARY, cases.GRPC_KSERVE)
-    return [("default malloc", "THROUGHPUT", {"OVS_KEEP_FREED_MEMORY": "0"},
-             root / "repo" / "config.json", (cases.REST_KSERVE_BINARY, cases.REST_KSERVE_JSON)),
-            ("no simdjson", "THROUGHPUT", {"PYTHONPATH": str(shadow)},
+    return [("no simdjson", "THROUGHPUT", {"PYTHONPATH": str(shadow)},
              root / "repo" / "config.json", json_cases),
             ("nireq=2", "THROUGHPUT", {}, config, binary_cases),
             ("batching", "THROUGHPUT", {}, batched, binary_cases)]

@@ -101,7 +101,6 @@ class Settings:
     # `serve` sets it; OVS_CONCURRENT=0/1 overrides.
     concurrent: bool = False
     compiled_cache: tuple[str, ...] = ()  # read-only compiled-blob folders (OVS_COMPILED_CACHE)
-    keep_freed_memory: bool = True  # core.memory: no page faults per request, higher idle RSS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -132,8 +131,6 @@ class Settings:
             log_level=env.get("OVS_LOG_LEVEL", "INFO").upper(),
             concurrent=env.get("OVS_CONCURRENT", "0").lower() in ("1", "true", "yes"),
             compiled_cache=tuple(p for p in env.get("OVS_COMPILED_CACHE", "").split(":") if p),
-            keep_freed_memory=env.get("OVS_KEEP_FREED_MEMORY", "1").lower() not in (
-                "0", "false", "no"),
             limits=Limits(
                 max_tensor_elements=_env_int(env, "OVS_MAX_TENSOR_ELEMENTS",
                                              DEFAULT_LIMITS.max_tensor_elements),

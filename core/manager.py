@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core import errors, memory
+from core import errors
 from core.config import ModelConfig, ServerConfig, Settings
 from core.model import RETIRE_GRACE_S, ModelVersion, State, Status
 from core.pipeline_config import PipelineConfig
@@ -260,8 +260,6 @@ class ModelManager:
 
     @classmethod
     def start(cls, settings: Settings) -> ModelManager:
-        if settings.keep_freed_memory:  # this process serves: no page faults per request
-            memory.keep_freed_memory()
         manager = cls(settings)
         manager.apply(settings.server_config())
         manager.ready = True
