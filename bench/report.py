@@ -52,9 +52,10 @@ def render(doc: dict[str, Any]) -> list[str]:
 def _warm(results: dict[str, Any], clients: int) -> list[str]:
     n = str(clients)
     lines = [f"Warm: 1-client p50 (ms; / raw OpenVINO with the same hint) | {clients}-client "
-             f"req/s (/ the faster raw AsyncInferQueue({clients}), run right after)", "",
+             f"req/s (/ the faster raw AsyncInferQueue({clients}), mean of the runs just before "
+             "and after)", "",
              "| model | server (hint) | case | p50 ms | p90 | p99 | raw p50 (paired) | p50 / raw | "
-             f"{clients}-client req/s | raw req/s (adjacent) | / raw |",
+             f"{clients}-client req/s | raw req/s (before/after) | / raw |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     ab = [f"| model | variant | case | p50 ms | p50 / raw | {clients}-client req/s | / raw |",
           "|---|---|---|---:|---:|---:|---:|"]

@@ -4,8 +4,9 @@ Raw baselines run in this process on the same IR and input, before any server is
   latency     one InferRequest of a LATENCY-hint compile, back to back (1 client); the same
               on a THROUGHPUT-hint compile is kept as "1 THROUGHPUT" (serve's default hint)
   throughput  AsyncInferQueue(N jobs) of a THROUGHPUT-hint and of a LATENCY-hint compile;
-              the better of the two is the N-client baseline, and is run again right after
-              each served N-client run (the machine has slow spells: adjacent runs share them)
+              the better of the two is the N-client baseline, and is run again just before and
+              just after each served N-client run (the machine has slow spells: adjacent runs
+              share them; the mean of the two cancels a drift across the served run)
 Served rows report p50/p90/p99 and req/s; ratios are p50 / raw p50 with the server's hint
 (1 client, paired) and req/s / the adjacent raw req/s (N clients).
 """
@@ -77,15 +78,17 @@ def _queue_runner(compiled: ov.CompiledModel, x: np.ndarray, total: int, jobs: i
 
 def serve_cases(factories: dict[str, Factory], count: int, clients: int, per_client: int,
                 raw_call: Call, raw_queue: Callable[[], Row]) -> dict[str, dict[str, Row]]:
-    """1 client: paired with the raw InferRequest (alternating blocks); N clients: followed by
-    a run of the faster raw queue."""
+    """1 client: paired with the raw InferRequest (alternating blocks); N clients: between two
+    runs of the faster raw queue, against their mean."""
     rows: dict[str, dict[str, Row]] = {}
     for name, factory in factories.items():
         one, raw = paired(factory(), raw_call, count)
         one.update({f"raw_{key}": raw[key] for key in ("p50_ms", "p90_ms", "p99_ms")})
+        before = raw_queue()
         many = many_clients(factory, clients, per_client)
-        adjacent = raw_queue()
-        many.update(raw_rps=adjacent["rps"], raw_p50_ms=adjacent["p50_ms"])
+        after = raw_queue()
+        many.update(raw_rps=(before["rps"] + after["rps"]) / 2,
+                    raw_p50_ms=(before["p50_ms"] + after["p50_ms"]) / 2)
         rows[name] = {"1": one, str(clients): many}
     return rows
 
@@ -94,7 +97,8 @@ def add_ratios(rows: dict[str, dict[str, Row]], raw: dict[str, dict[str, Row]], 
                clients: int) -> None:
     """1 client: against raw OpenVINO compiled with the server's hint, measured in alternating
     blocks with the served calls. N clients: against the faster raw AsyncInferQueue (either
-    hint, the best this host can do), run right after the served run."""
+    hint, the best this host can do), the mean of the runs just before and after the served
+    one."""
     many = max((by_clients[str(clients)] for by_clients in raw.values()), key=lambda r: r["rps"])
     for by_clients in rows.values():
         served = by_clients["1"]
