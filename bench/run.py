@@ -91,7 +91,8 @@ def run_warm(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload
     for name, xml in files.items():
         count, per_client = counts(name, args.quick)
         results[name] = {"name": name, "servers": {}, "raw": warm.raw_baselines(
-            name, xml, inputs[name].x, count, args.clients, args.clients * per_client * 2)}
+            name, xml, inputs[name].x, count, args.clients,
+            args.clients * per_client)}  # as many calls as a served run, once on each side
     config = root / "repo" / "config.json"
     servers: list[tuple[str, str, dict[str, str], Path, tuple[str, ...]]] = [
         ("ov-serverless", "THROUGHPUT", {}, config, cases.ALL_CASES)]  # `serve`: concurrent
