@@ -8,7 +8,7 @@ Raw baselines run in this process on the same IR and input, before any server is
               just after each served N-client run (the machine has slow spells: adjacent runs
               share them; the mean of the two cancels a drift across the served run)
 Served rows report p50/p90/p99 and req/s; ratios are p50 / raw p50 with the server's hint
-(1 client, paired) and req/s / the adjacent raw req/s (N clients).
+(1 client, paired) and req/s / the mean raw req/s of the runs around it (N clients).
 """
 
 from __future__ import annotations

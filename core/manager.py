@@ -98,8 +98,7 @@ class ServedModel:
             wanted = {v: present[v] for v in self.config.version_policy.select(list(present))}
             added = [v for v, fp in wanted.items() if self._stale(v, fp)]
             prepared = {v: self._prepare(v, load) for v in added}
-            fresh, flagged = self._keep_serving_on_failure(
-                {v: new for v, (new, _) in prepared.items()})
+            fresh = self._keep_serving_on_failure({v: new for v, (new, _) in prepared.items()})
             before = self.versions
             replaced = [before[v] for v in fresh if v in before  # (a failed one holds nothing)
                         and before[v].status.state in (State.START, State.AVAILABLE)]
@@ -117,8 +116,9 @@ class ServedModel:
             displaced = self._displaced()
         for version in [*replaced, *displaced]:
             self._retire(version)
-        return bool(displaced) or flagged or any(not _same_failure(before.get(v), new)
-                                                 for v, new in fresh.items())
+        kept_old = len(fresh) < len(prepared)  # a serving version's status took a failure
+        return bool(displaced) or kept_old or any(not _same_failure(before.get(v), new)
+                                                  for v, new in fresh.items())
 
     def _stale(self, number: int, fingerprint: str) -> bool:
         current = self.versions.get(number)
@@ -136,12 +136,11 @@ class ServedModel:
                 if v not in self._wanted and v not in standing_in
                 and version.status.state < State.UNLOADING]
 
-    def _keep_serving_on_failure(self, fresh: dict[int, ModelVersion]
-                                 ) -> tuple[dict[int, ModelVersion], bool]:
+    def _keep_serving_on_failure(self, fresh: dict[int, ModelVersion]) -> dict[int, ModelVersion]:
         """A changed version whose replacement failed keeps serving the old files; its status
         stays AVAILABLE and carries the failure (error code and message) until files that
-        load replace it. -> (the versions to publish, whether a status took a failure)."""
-        kept, flagged = {}, False
+        load replace it. -> the versions to publish."""
+        kept = {}
         for number, new in fresh.items():
             old = self.versions.get(number)
             if new.status.error_code != "OK" and old is not None and old.available:
@@ -150,10 +149,9 @@ class ServedModel:
                 log.error("Model %s version %d: %s", self.name, number, message)
                 old.status = Status(State.AVAILABLE, new.status.error_code, message)
                 self.repository.release(new.folder)
-                flagged = True
                 continue
             kept[number] = new
-        return kept, flagged
+        return kept
 
     def _prepare(self, number: int, load: bool) -> tuple[ModelVersion, bool]:
         """A new version object (loaded unless lazy) and whether its files were fetched."""
