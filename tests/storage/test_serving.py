@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import orjson
 from core.config import Settings
 from demo import models
 from tests.emulators import REPO
+from tests.reload.helpers import wait_for
 from tests.storage.helpers import Store
 from tests.storage.serving import (
     call,
@@ -83,14 +83,8 @@ def test_reload_picks_up_added_and_deleted_versions(store: Store, cache_dir: Pat
     assert predict(app) == (200, scaled(3))
     assert predict(app, version=2) == (200, scaled(2))
     # the ended version's download is deleted: a long-lived instance's disk does not fill up
-    _wait_folders(cache_dir, store, "repo/scaler", ["2", "3"])
-
-
-def _wait_folders(cache_dir: Path, store: Store, prefix: str, want: list[str]) -> None:
-    deadline = time.monotonic() + 10
-    while (seen := [n.split("-")[0] for n in version_folders(cache_dir, store, prefix)]) != want:
-        assert time.monotonic() < deadline, seen
-        time.sleep(0.02)
+    wait_for(lambda: [name.split("-")[0] for name in version_folders(
+        cache_dir, store, "repo/scaler")] == ["2", "3"], "v1's download deleted")
 
 
 def test_a_download_two_models_share_stays_until_both_are_done(
@@ -115,10 +109,8 @@ def test_a_download_two_models_share_stays_until_both_are_done(
     put_scaler(store, "repo/scaler", 1, factor=5.0)  # b's version 1 changes in the bucket
     assert call(app, "POST", "/v1/config/reload")[0] == 201
     assert predict(app, "b") == (200, scaled(5))
-    deadline = time.monotonic() + 10
-    while folder in version_folders(cache_dir, store, "repo/scaler"):
-        assert time.monotonic() < deadline, "the replaced download was not deleted"
-        time.sleep(0.02)
+    wait_for(lambda: folder not in version_folders(cache_dir, store, "repo/scaler"),
+             "the replaced download deleted")
     assert len(version_folders(cache_dir, store, "repo/scaler")) == 1
 
 
