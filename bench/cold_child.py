@@ -110,11 +110,12 @@ def lambda_host(request: dict[str, Any]) -> dict[str, Any]:
 def cloud_run(request: dict[str, Any]) -> dict[str, Any]:
     import functions_framework
 
-    import core.api  # noqa: F401  (the modules handlers.cloud_run imports before building)
+    import core.api  # the modules handlers.cloud_run imports before building
 
     t_imported = time.time()
-    import handlers.cloud_run  # noqa: F401  (builds the App at import)
+    import handlers.cloud_run  # noqa: F401
 
+    core.api.default_app()  # what gunicorn's worker does right after its fork
     t_ready = time.time()
     source = str(Path(__file__).resolve().parents[1] / "handlers" / "cloud_run.py")
     client = functions_framework.create_app("predict", source).test_client()

@@ -2,23 +2,42 @@
 
     functions-framework --source=handlers/cloud_run.py --target=predict --port=$PORT
 
-functions-framework owns the HTTP server (gunicorn, one process, threads); every path and
-method reaches `predict`, which hands the raw request to the core router. The App (compiled
-models) is built at import, before the server accepts traffic, unless OVS_LAZY_LOAD is set.
+functions-framework owns the HTTP server (gunicorn: an arbiter that imports this module, then
+forks one worker with THREADS threads); every path and method reaches `predict`, which hands
+the raw request to the core router. The App (compiled models) is built in the worker, right
+after the fork, in the background; a request that comes first waits for it. Built before the
+fork, OpenVINO's threads would stay behind in the arbiter: a THROUGHPUT model then hangs in the
+worker and a LATENCY one runs on a single core. Without a fork (a test client) the first request
+builds it.
 """
 
 from __future__ import annotations
+
+import logging
+import os
+import threading
 
 import flask
 import functions_framework
 
 from core.api import default_app, error_response, make_request
-from core.config import Settings
 from core.errors import PayloadTooLargeError, ServingError
 
-SETTINGS = Settings.from_env()
-if not SETTINGS.lazy_load:
-    default_app()
+log = logging.getLogger("ov_serverless.cloud_run")
+
+
+def _load_in_background() -> None:
+    threading.Thread(target=_load, name="ovs-load", daemon=True).start()
+
+
+def _load() -> None:
+    try:
+        default_app()
+    except Exception:  # each request retries and answers with the error
+        log.exception("Loading the models failed")
+
+
+os.register_at_fork(after_in_child=_load_in_background)
 
 
 @functions_framework.http

@@ -8,6 +8,7 @@ Events come from tests/events/ (powertools and sam-cli samples, unmodified on di
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -247,29 +248,30 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path, timeout: fl
     raise TimeoutError(f"{proc.args!r} not ready in {timeout} s:\n{log.read_text()}")
 
 
-@pytest.fixture(scope="session")
-def servers(repo: Repo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The REAL functions-framework CLI and `ov-serverless serve`, started side by side."""
-    logs = tmp_path_factory.mktemp("server-logs")
-    env = {k: v for k, v in os.environ.items() if k not in _CLEARED} | repo.env()
-    ports = {"cloud_run": free_port(), "server": free_port()}
-    commands = {
-        "cloud_run": [str(BIN / "functions-framework"), "--source", "handlers/cloud_run.py",
-                      "--target", "predict", "--host", "127.0.0.1",
-                      "--port", str(ports["cloud_run"])],
-        "server": [str(BIN / "ov-serverless"), "serve", "--rest_port", str(ports["server"]),
-                   "--config_path", str(repo.config), "--log_level", "WARNING"],
-    }
+def ff_command(port: int) -> list[str]:
+    """The REAL functions-framework CLI serving handlers.cloud_run (as infra/cloudrun runs it)."""
+    return [str(BIN / "functions-framework"), "--source", "handlers/cloud_run.py",
+            "--target", "predict", "--host", "127.0.0.1", "--port", str(port)]
+
+
+def server_env(repo: Repo, **extra: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _CLEARED} | repo.env() | extra
+
+
+@contextlib.contextmanager
+def running(commands: dict[str, tuple[list[str], int]], env: dict[str, str], logs: Path
+            ) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    """Start every `name: (command, port)`, wait for each /v2/health/ready; stop them after."""
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        for name, cmd in commands.items():
+        for name, (cmd, _) in commands.items():
             with (logs / f"{name}.log").open("wb") as out:
                 procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out,
                                                stderr=subprocess.STDOUT)
-        bases = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         for name, proc in procs.items():
-            _wait_ready(bases[name], proc, logs / f"{name}.log", timeout=60)
-        yield bases
+            _wait_ready(f"http://127.0.0.1:{commands[name][1]}", proc, logs / f"{name}.log",
+                        timeout=60)
+        yield procs
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -279,3 +281,17 @@ def servers(repo: Repo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def servers(repo: Repo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The REAL functions-framework CLI and `ov-serverless serve`, started side by side."""
+    ports = {"cloud_run": free_port(), "server": free_port()}
+    commands = {
+        "cloud_run": (ff_command(ports["cloud_run"]), ports["cloud_run"]),
+        "server": ([str(BIN / "ov-serverless"), "serve", "--rest_port", str(ports["server"]),
+                    "--config_path", str(repo.config), "--log_level", "WARNING"],
+                   ports["server"]),
+    }
+    with running(commands, server_env(repo), tmp_path_factory.mktemp("server-logs")):
+        yield {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}

@@ -4,16 +4,30 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import functions_framework
 import numpy as np
+import openvino as ov
 import orjson
 import ovmsclient
 import pytest
+import requests
 import tritonclient.http as triton
 
 import core.logs
-from tests.handlers.conftest import ROOT
+from tests.handlers.conftest import (
+    ROOT,
+    Call,
+    Repo,
+    ff_command,
+    free_port,
+    kserve_binary,
+    outputs,
+    running,
+    server_env,
+)
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -56,3 +70,33 @@ def test_limits_and_errors_with_the_test_client(serving_env: pytest.MonkeyPatch)
                         headers={"X-Cloud-Trace-Context": "105445aa7843bc8bf206b1200/1;o=1"})
     assert reply.status_code == 200 and reply.json == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}
     assert core.logs.request_id.get() == "105445aa7843bc8bf206b1200"
+
+
+def test_a_throughput_model_serves_from_gunicorns_forked_worker(
+        repo: Repo, tmp_path: Path, tensor: np.ndarray,
+        reference: Callable[[np.ndarray], np.ndarray]) -> None:
+    """infra/cloudrun/service.yaml's THROUGHPUT hint under the real CLI. gunicorn imports the
+    handler in its arbiter and then forks the worker; OpenVINO's stream threads do not survive
+    a fork, so a model compiled in the arbiter hung every request. It loads in the worker."""
+    port = free_port()
+    env = server_env(repo, OVS_CONCURRENT="1", THREADS="4")  # as infra/cloudrun ships
+    body, headers = kserve_binary(tensor)
+    call = Call("kserve-binary", "POST", "/v2/models/classifier/infer")
+
+    def infer(_: int) -> np.ndarray:
+        reply = requests.post(f"http://127.0.0.1:{port}{call.path}", data=body,
+                              headers=headers, timeout=20)
+        return outputs(call, reply.status_code, dict(reply.headers), reply.content)
+
+    with running({"cloud_run": (ff_command(port), port)}, env, tmp_path) as procs:
+        with ThreadPoolExecutor(4) as pool:
+            for got in pool.map(infer, range(8)):
+                np.testing.assert_allclose(got, reference(tensor), rtol=RTOL, atol=ATOL)
+        exposition = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        streams = ov.Core().compile_model(repo.classifier_xml, "CPU", {
+            "PERFORMANCE_HINT": "THROUGHPUT"}).get_property("NUM_STREAMS")
+        assert f'ovms_streams{{name="classifier",version="1"}} {float(streams)}' in exposition
+        arbiter = procs["cloud_run"].pid
+        (worker,) = Path(f"/proc/{arbiter}/task/{arbiter}/children").read_text().split()
+        assert "openvino_intel_cpu_plugin" in Path(f"/proc/{worker}/maps").read_text()
+        assert "openvino_intel_cpu_plugin" not in Path(f"/proc/{arbiter}/maps").read_text()
