@@ -94,11 +94,10 @@ class Settings:
     reload_interval: float = 0.0
     log_level: str = "INFO"
     limits: Limits = Limits()
-    # Many requests at once (`ov-serverless serve`: REST threads + gRPC) or one at a time
-    # (Lambda; functions-framework and Azure, which build the App before their server forks
-    # or runs it, and a multi-stream compile does not survive a fork): picks the compile
-    # defaults (THROUGHPUT streams vs LATENCY) and whether compiled blobs are written back.
-    # `serve` sets it; OVS_CONCURRENT=0/1 overrides.
+    # Many requests at once (`ov-serverless serve`: REST threads + gRPC; Cloud Run with
+    # OVS_CONCURRENT=1) or one at a time (Lambda, Azure, functions-framework by default):
+    # picks the compile defaults (THROUGHPUT streams vs LATENCY) and whether compiled blobs
+    # are written back. `serve` sets it; OVS_CONCURRENT=0/1 overrides.
     concurrent: bool = False
     compiled_cache: tuple[str, ...] = ()  # read-only compiled-blob folders (OVS_COMPILED_CACHE)
 
@@ -146,6 +145,10 @@ class Settings:
         """Read the config file, or build the single-model config from flags/env."""
         if self.config_path and (self.model_path or self.model_name):
             raise ConfigError("Use either config_path or model_path with model_name")
+        if self.config_path and self.model_options:  # OVMS exits on these too
+            raise ConfigError(
+                "Model parameters in CLI are exclusive with the config file: "
+                f"{', '.join(sorted(self.model_options))} (set them per model in the config)")
         if self.config_path:
             return load_config_file(self.config_path)
         if self.model_path:

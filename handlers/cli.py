@@ -14,7 +14,9 @@ from typing import Any
 
 from core import logs
 from core.config import Settings
+from core.errors import ConfigError
 
+EX_USAGE = 64  # sysexits.h; OVMS exits with it on a bad command line
 DEMO_ROOT = Path(os.environ.get("OVS_DEMO_DIR", Path.home() / ".cache" / "ov-serverless" / "demo"))
 _MODEL_FLAGS = ("batch_size", "shape", "layout", "target_device", "nireq", "plugin_config",
                 "model_version_policy", "dynamic_batching")
@@ -28,10 +30,14 @@ def main(argv: list[str] | None = None) -> int:
 
         print(write_demo_repository(Path(args.path)))
         return 0
-    settings = _settings(args)
-    if args.command == "invoke":
-        return _invoke(settings, args)
-    return _serve(settings, args)
+    try:
+        settings = _settings(args)
+        if args.command == "invoke":
+            return _invoke(settings, args)
+        return _serve(settings, args)
+    except ConfigError as exc:  # a usage mistake: the message, as OVMS prints it, no traceback
+        print(f"ov-serverless: {exc}", file=sys.stderr)
+        return EX_USAGE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,7 +96,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     elif args.command == "serve" and "OVS_RELOAD_INTERVAL" not in os.environ:
         overrides["reload_interval"] = 1.0  # OVMS's default poll for long-running servers
     if args.command == "serve" and "OVS_CONCURRENT" not in os.environ:
-        overrides["concurrent"] = True  # threads and gRPC: THROUGHPUT streams (after fork)
+        overrides["concurrent"] = True  # threads and gRPC: THROUGHPUT streams
     options = {flag: getattr(args, flag) for flag in _MODEL_FLAGS if getattr(args, flag)}
     if options:
         overrides["model_options"] = _decode_json_flags(options)

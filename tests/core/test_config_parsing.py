@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from core.config import ModelConfig, VersionPolicy, parse_config
+from core.config import ModelConfig, Settings, VersionPolicy, parse_config
 from core.errors import ConfigError
 
 
@@ -128,3 +128,25 @@ def test_duplicated_name_names_the_second_entry() -> None:
     ]}).encode()
     with pytest.raises(ConfigError, match=r"^model_config_list\[1\]\.config\.name: .*duplicated"):
         parse_config(raw)
+
+
+@pytest.mark.parametrize("env", [{"OVS_NIREQ": "4"},
+                                 {"OVS_PLUGIN_CONFIG": '{"PERFORMANCE_HINT": "THROUGHPUT"}'}])
+def test_single_model_knobs_with_a_config_file_are_refused(env: dict[str, str]) -> None:
+    """OVMS exits on --nireq etc. next to --config_path; ignoring them silently would serve
+    with settings the deployer did not get."""
+    settings = Settings.from_env({"OVS_CONFIG_PATH": "/srv/config.json", **env})
+    with pytest.raises(ConfigError, match="Model parameters in CLI are exclusive with the "
+                                          f"config file: {next(iter(env))[4:].lower()}"):
+        settings.server_config()
+
+
+def test_the_cli_prints_a_usage_mistake_and_exits_64(capsys: pytest.CaptureFixture[str]) -> None:
+    from handlers import cli
+
+    code = cli.main(["invoke", "GET", "/v1/config", "--config_path", "/srv/config.json",
+                     "--nireq", "2"])
+    assert code == 64
+    assert capsys.readouterr().err == ("ov-serverless: Model parameters in CLI are exclusive "
+                                       "with the config file: nireq (set them per model in "
+                                       "the config)\n")
