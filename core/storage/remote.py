@@ -18,6 +18,7 @@ failure. `RemoteRepository` turns that into the Repository protocol:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -244,16 +245,21 @@ class Progress:
 
 
 class Folders:
-    """The downloaded version folders this process uses, counted (two models may name the
-    same bucket path). The last release deletes the folder: a long-lived instance that sees
-    many versions come and go would otherwise fill its disk (/tmp is small on Lambda)."""
+    """The downloaded version folders in use, counted per process (two models may name the same
+    bucket path) and across processes by a shared flock on a lock file beside each folder (two
+    gunicorn workers, or pods, on one cache volume). The last user deletes the folder: a
+    long-lived instance that sees many versions come and go would otherwise fill its disk (/tmp
+    is small on Lambda)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users: dict[Path, int] = {}
+        self._locks: dict[Path, int] = {}  # folder -> fd holding LOCK_SH on its lock file
 
     def acquire(self, folder: Path) -> None:
         with self._lock:
+            if folder not in self._users:
+                self._locks[folder] = _shared_lock(_lock_file(folder))
             self._users[folder] = self._users.get(folder, 0) + 1
 
     def release(self, folder: Path) -> None:
@@ -262,16 +268,52 @@ class Folders:
             if count > 1:
                 self._users[folder] = count - 1
                 return
-            if count == 0 or not folder.is_dir():
+            fd = self._locks.pop(folder, None)
+            if fd is None:
                 return
-            gone = folder.with_name(f".gone-{folder.name}-{os.getpid()}-{time.monotonic_ns()}")
             try:
-                os.rename(folder, gone)  # under the lock: a fetch never sees half a folder
-            except OSError as exc:
-                log.warning("Could not remove cached version folder %s: %s", folder, exc)
-                return
-        shutil.rmtree(gone, ignore_errors=True)
-        log.info("removed cached version folder", extra={"path": str(folder)})
+                gone = _take(folder, fd)
+            finally:
+                os.close(fd)
+        if gone is not None:
+            shutil.rmtree(gone, ignore_errors=True)
+            log.info("removed cached version folder", extra={"path": str(folder)})
+
+
+def _lock_file(folder: Path) -> Path:
+    return folder.with_name(f".{folder.name}.lock")
+
+
+def _shared_lock(path: Path) -> int:
+    """An fd holding LOCK_SH on `path`, the file now at that path (the last user unlinks it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while another process deletes the folder
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        os.close(fd)  # unlinked by the process that just deleted the folder: open the new one
+
+
+def _take(folder: Path, fd: int) -> Path | None:
+    """If no other process holds the folder's lock: rename the folder away (-> the new name),
+    then unlink the lock file, both under LOCK_EX, so a fetch never sees half a folder."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return None  # another process still serves from it and deletes it when done
+    gone = folder.with_name(f".gone-{folder.name}-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.rename(folder, gone)
+    except FileNotFoundError:  # a download that failed, or never started
+        pass
+    except OSError as exc:
+        log.warning("Could not remove cached version folder %s: %s", folder, exc)
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_lock_file(folder))
+    return gone if gone.exists() else None
 
 
 FOLDERS = Folders()

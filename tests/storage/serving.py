@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,11 @@ def version_folders(cache_dir: Path, store: Store, prefix: str) -> list[str]:
         if root.exists()
         else []
     )
+
+
+def join_retirements(timeout_s: float = 10.0) -> None:
+    """Wait for every ended version's drain thread: its downloaded files are released last."""
+    for thread in threading.enumerate():
+        if thread.name.startswith("retire-"):
+            thread.join(timeout_s)
+            assert not thread.is_alive(), f"{thread.name} still draining"

@@ -42,7 +42,9 @@ def test_fetch_downloads_exactly_the_version_files(store: Store, cache_dir: Path
     assert _files(folder) == {**files[2], "extra/labels.txt": b"cat\ndog\n"}
     assert folder.parent == cache_dir / store.scheme / store.bucket / "model"
     assert folder.name == f"2-{repo.versions()[2]}"
-    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no temp folder left
+    # no temp folder left; the lock file marks the folder as in use by this process
+    assert sorted(p.name for p in folder.parent.iterdir()) == [f".{folder.name}.lock",
+                                                               folder.name]
     np.testing.assert_allclose(infer(folder), np.full([1, 4], 3.0))
 
 
@@ -167,7 +169,8 @@ def test_concurrent_fetches_agree(store: Store, cache_dir: Path) -> None:
         folders = set(pool.map(lambda repo: repo.fetch(2), repos))
     assert len(folders) == 1
     (folder,) = folders
-    assert [p.name for p in folder.parent.iterdir()] == [folder.name]
+    assert sorted(p.name for p in folder.parent.iterdir()) == [f".{folder.name}.lock",
+                                                               folder.name]
     np.testing.assert_allclose(infer(folder), np.full([1, 4], 3.0))
 
 

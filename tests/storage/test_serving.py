@@ -13,15 +13,18 @@ import uuid
 from pathlib import Path
 
 import orjson
+import requests
 
 from core.config import Settings
 from demo import models
 from tests.emulators import REPO
+from tests.handlers.conftest import free_port
 from tests.reload.helpers import wait_for
 from tests.storage.helpers import Store
 from tests.storage.serving import (
     call,
     delete_version,
+    join_retirements,
     kserve_infer,
     predict,
     put_scaler,
@@ -104,6 +107,7 @@ def test_a_download_two_models_share_stays_until_both_are_done(
     serve("b")
     assert call(app, "POST", "/v1/config/reload")[0] == 201
     wait_state(app, 1, "END", name="a")
+    join_retirements()
     assert version_folders(cache_dir, store, "repo/scaler") == [folder]  # b still reads it
     assert predict(app, "b") == (200, scaled(1))
     put_scaler(store, "repo/scaler", 1, factor=5.0)  # b's version 1 changes in the bucket
@@ -112,6 +116,50 @@ def test_a_download_two_models_share_stays_until_both_are_done(
     wait_for(lambda: folder not in version_folders(cache_dir, store, "repo/scaler"),
              "the replaced download deleted")
     assert len(version_folders(cache_dir, store, "repo/scaler")) == 1
+
+
+def test_a_download_another_process_serves_stays_until_it_is_done(
+    store: Store, cache_dir: Path, tmp_path: Path
+) -> None:
+    """Two processes on one cache folder (gunicorn workers; pods on a shared volume): the first
+    to end a version leaves the download the other still serves from; the last one deletes it."""
+    for version in (1, 2):
+        put_scaler(store, "repo/scaler", version)
+    port = free_port()
+    other = [str(Path(sys.executable).parent / "ov-serverless"), "serve", "--rest_port",
+             str(port), "--model_name", "scaler", "--model_path", store.url("repo/scaler"),
+             "--model_version_policy", '{"all": {}}', "--cache_dir", str(cache_dir),
+             "--file_system_poll_wait_seconds", "0", "--log_level", "WARNING"]
+    base = f"http://127.0.0.1:{port}"
+    with (tmp_path / "other.log").open("wb") as log, \
+            subprocess.Popen(other, cwd=REPO, stdout=log, stderr=subprocess.STDOUT) as proc:
+        try:
+            wait_for(lambda: _ready(base), "the other process serving", timeout_s=60)
+            app = start_app(_settings(store, cache_dir))
+            folders = version_folders(cache_dir, store, "repo/scaler")
+            assert [name.split("-")[0] for name in folders] == ["1", "2"]
+
+            delete_version(store, "repo/scaler", 1)
+            assert call(app, "POST", "/v1/config/reload")[0] == 201
+            wait_state(app, 1, "END")
+            join_retirements()
+            assert version_folders(cache_dir, store, "repo/scaler") == folders
+            reply = requests.post(f"{base}/v1/models/scaler/versions/1:predict", timeout=10,
+                                  json={"instances": [[1, 2, 3, 4]]})
+            assert reply.json() == {"predictions": [scaled(1)]}
+
+            assert requests.post(f"{base}/v1/config/reload", timeout=30).status_code == 201
+            wait_for(lambda: version_folders(cache_dir, store, "repo/scaler") == folders[1:],
+                     "the last process deleting v1's download")
+        finally:
+            proc.terminate()
+
+
+def _ready(base: str) -> bool:
+    try:
+        return requests.get(f"{base}/v2/health/ready", timeout=1).status_code == 200
+    except requests.ConnectionError:
+        return False
 
 
 def test_config_json_in_the_bucket(store: Store, cache_dir: Path) -> None:
