@@ -21,9 +21,11 @@ import flask
 import functions_framework
 
 from core.api import default_app, error_response, make_request
+from core.config import Settings
 from core.errors import PayloadTooLargeError, ServingError
 
 log = logging.getLogger("ov_serverless.cloud_run")
+Settings.from_env()  # a malformed OVS_* value stops the start here, before gunicorn forks
 
 
 def _load_in_background() -> None:
