@@ -33,14 +33,16 @@ def render(doc: dict[str, Any]) -> list[str]:
     if "warm" in doc:
         lines += _warm(doc["warm"], doc["clients"])
     if "floor" in doc:
-        lines += ["", "Transport floor (bench/floor.py): the REST KServe binary request against "
-                  "a server that only sleeps the raw THROUGHPUT p50, paired with a bare sleep; "
-                  "no HTTP server can go below this ratio here", "",
-                  "| model | sleep ms | p50 ms | bare sleep p50 | p50 / sleep |",
-                  "|---|---:|---:|---:|---:|"]
-        lines += [f"| {name} | {row['sleep_ms']:.2f} | {row['p50_ms']:.2f} | "
+        floors = doc["floor"] if "rest" in doc["floor"] else {"rest": doc["floor"]}  # pre-gRPC
+        lines += ["", "Transport floor (bench/floor.py): the KServe request (REST binary, gRPC "
+                  "raw contents) against a server that only sleeps the raw THROUGHPUT p50, "
+                  "paired with a bare sleep; no server on that transport can go below this "
+                  "ratio here", "",
+                  "| model | transport | sleep ms | p50 ms | bare sleep p50 | p50 / sleep |",
+                  "|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {name} | {transport} | {row['sleep_ms']:.2f} | {row['p50_ms']:.2f} | "
                   f"{row['raw_p50_ms']:.2f} | {row['p50_ratio']:.2f} |"
-                  for name, row in doc["floor"].items()]
+                  for transport, table in floors.items() for name, row in table.items()]
     if "cold" in doc:
         lines += ["", f"Cold start, {doc['cold']['model']}: process start -> first 200, median "
                   "of the interleaved runs, ms; RSS after 20 requests (tree: root RSS + "

@@ -206,16 +206,20 @@ def make_blob(root: Path, model: str, model_dir: Path) -> Path:
 
 def run_floor(results: dict[str, Any], inputs: dict[str, cases.Payload],
               args: argparse.Namespace) -> dict[str, Any]:
-    """Per model: the KServe binary request against a server that only sleeps the raw
-    THROUGHPUT p50 (serve's hint), paired with a bare sleep (bench/floor.py)."""
-    rows = {}
+    """Per model and transport: the KServe request (REST binary; gRPC raw contents) against a
+    server that only sleeps the raw THROUGHPUT p50 (serve's hint), paired with a bare sleep
+    (bench/floor.py). -> {"rest": {model: row}, "grpc": {model: row}}."""
+    rows: dict[str, Any] = {"rest": {}, "grpc": {}}
     for name, doc in results.items():
         seconds = doc["raw"]["THROUGHPUT"]["1"]["p50_ms"] / 1e3
-        rows[name] = floor.measure(cases.kserve_binary(name, inputs[name].x), seconds,
-                                   counts(name, args.quick)[0])
-        print(f"transport floor {name}: REST KServe binary round trip around a "
-              f"{1e3 * seconds:.2f} ms sleep: p50 {rows[name]['p50_ms']:.2f} ms, "
-              f"{rows[name]['p50_ratio']:.2f}x the bare sleep", flush=True)
+        count = counts(name, args.quick)[0]
+        rows["rest"][name] = floor.measure(cases.kserve_binary(name, inputs[name].x), seconds,
+                                           count)
+        rows["grpc"][name] = floor.measure_grpc(inputs[name], seconds, count)
+        for transport, row in ((t, rows[t][name]) for t in ("rest", "grpc")):
+            print(f"transport floor {name} ({transport}): a round trip around a "
+                  f"{1e3 * seconds:.2f} ms sleep: p50 {row['p50_ms']:.2f} ms, "
+                  f"{row['p50_ratio']:.2f}x the bare sleep", flush=True)
     return rows
 
 
