@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -267,7 +268,7 @@ def running(commands: dict[str, tuple[list[str], int]], env: dict[str, str], log
         for name, (cmd, _) in commands.items():
             with (logs / f"{name}.log").open("wb") as out:
                 procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out,
-                                               stderr=subprocess.STDOUT)
+                                               stderr=subprocess.STDOUT, start_new_session=True)
         for name, proc in procs.items():
             _wait_ready(f"http://127.0.0.1:{commands[name][1]}", proc, logs / f"{name}.log",
                         timeout=60)
@@ -281,6 +282,8 @@ def running(commands: dict[str, tuple[list[str], int]], env: dict[str, str], log
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+            with contextlib.suppress(ProcessLookupError):  # a worker its arbiter left behind
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")
