@@ -303,17 +303,18 @@ def _take(folder: Path, fd: int) -> Path | None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return None  # another process still serves from it and deletes it when done
-    gone = folder.with_name(f".gone-{folder.name}-{os.getpid()}-{time.monotonic_ns()}")
+    away = folder.with_name(f".gone-{folder.name}-{os.getpid()}-{time.monotonic_ns()}")
+    gone: Path | None = away
     try:
-        os.rename(folder, gone)
+        os.rename(folder, away)
     except FileNotFoundError:  # a download that failed, or never started
-        pass
+        gone = None
     except OSError as exc:
         log.warning("Could not remove cached version folder %s: %s", folder, exc)
         return None
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_lock_file(folder))
-    return gone if gone.exists() else None
+    return gone
 
 
 FOLDERS = Folders()
