@@ -155,25 +155,30 @@ def summary(times: list[float]) -> Row:
 # -- memory ----------------------------------------------------------------------------------
 
 
-def _status_kb(pid: int, key: str) -> int:
+def _status(pid: int, key: str) -> str:
+    """A field of /proc/PID/status ("" when the process is gone or has no such field)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith(key + ":"):
-                return int(line.split()[1])
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return 0
+    return ""
+
+
+def _status_kb(pid: int, key: str) -> int:
+    value = _status(pid, key)
+    return int(value.split()[0]) if value else 0
 
 
 def tree(pid: int) -> list[int]:
-    """`pid` and its descendants."""
+    """`pid` and its descendants, found by their PPid (/proc/PID/task/PID/children needs
+    CONFIG_PROC_CHILDREN, which not every kernel has)."""
     found = [pid]
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return found
-    for child in children:
-        found.extend(tree(int(child)))
+    for status in Path("/proc").glob("[0-9]*/status"):
+        child = int(status.parent.name)
+        if _status(child, "PPid") == str(pid):
+            found.extend(tree(child))
     return found
 
 

@@ -17,6 +17,7 @@ import requests
 import tritonclient.http as triton
 
 import core.logs
+from bench.common import tree
 from tests.handlers.conftest import (
     ROOT,
     Call,
@@ -97,19 +98,7 @@ def test_a_throughput_model_serves_from_gunicorns_forked_worker(
             "PERFORMANCE_HINT": "THROUGHPUT"}).get_property("NUM_STREAMS")
         assert f'ovms_streams{{name="classifier",version="1"}} {float(streams)}' in exposition
         arbiter = procs["cloud_run"].pid
-        (worker,) = _children(arbiter)
+        (_, worker) = tree(arbiter)
         assert "openvino_intel_cpu_plugin" in Path(f"/proc/{worker}/maps").read_text()
         assert "openvino_intel_cpu_plugin" not in Path(f"/proc/{arbiter}/maps").read_text()
 
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines()
-                          if ":\t" in line)
-        except OSError:  # exited meanwhile
-            continue
-        if int(fields.get("PPid", "0")) == pid:
-            found.append(int(status.parent.name))
-    return found
