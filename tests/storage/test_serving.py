@@ -7,6 +7,7 @@ downloaded. Each version of the scaler multiplies by its version number.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -18,7 +19,7 @@ import requests
 from core.config import Settings
 from demo import models
 from tests.emulators import REPO
-from tests.handlers.conftest import free_port
+from tests.handlers.conftest import free_port, running
 from tests.reload.helpers import wait_for
 from tests.storage.helpers import Store
 from tests.storage.serving import (
@@ -131,35 +132,23 @@ def test_a_download_another_process_serves_stays_until_it_is_done(
              "--model_version_policy", '{"all": {}}', "--cache_dir", str(cache_dir),
              "--file_system_poll_wait_seconds", "0", "--log_level", "WARNING"]
     base = f"http://127.0.0.1:{port}"
-    with (tmp_path / "other.log").open("wb") as log, \
-            subprocess.Popen(other, cwd=REPO, stdout=log, stderr=subprocess.STDOUT) as proc:
-        try:
-            wait_for(lambda: _ready(base), "the other process serving", timeout_s=60)
-            app = start_app(_settings(store, cache_dir))
-            folders = version_folders(cache_dir, store, "repo/scaler")
-            assert [name.split("-")[0] for name in folders] == ["1", "2"]
+    with running({"other": (other, port)}, dict(os.environ), tmp_path):
+        app = start_app(_settings(store, cache_dir))
+        folders = version_folders(cache_dir, store, "repo/scaler")
+        assert [name.split("-")[0] for name in folders] == ["1", "2"]
 
-            delete_version(store, "repo/scaler", 1)
-            assert call(app, "POST", "/v1/config/reload")[0] == 201
-            wait_state(app, 1, "END")
-            join_retirements()
-            assert version_folders(cache_dir, store, "repo/scaler") == folders
-            reply = requests.post(f"{base}/v1/models/scaler/versions/1:predict", timeout=10,
-                                  json={"instances": [[1, 2, 3, 4]]})
-            assert reply.json() == {"predictions": [scaled(1)]}
+        delete_version(store, "repo/scaler", 1)
+        assert call(app, "POST", "/v1/config/reload")[0] == 201
+        wait_state(app, 1, "END")
+        join_retirements()
+        assert version_folders(cache_dir, store, "repo/scaler") == folders
+        reply = requests.post(f"{base}/v1/models/scaler/versions/1:predict", timeout=10,
+                              json={"instances": [[1, 2, 3, 4]]})
+        assert reply.json() == {"predictions": [scaled(1)]}
 
-            assert requests.post(f"{base}/v1/config/reload", timeout=30).status_code == 201
-            wait_for(lambda: version_folders(cache_dir, store, "repo/scaler") == folders[1:],
-                     "the last process deleting v1's download")
-        finally:
-            proc.terminate()
-
-
-def _ready(base: str) -> bool:
-    try:
-        return requests.get(f"{base}/v2/health/ready", timeout=1).status_code == 200
-    except requests.ConnectionError:
-        return False
+        assert requests.post(f"{base}/v1/config/reload", timeout=30).status_code == 201
+        wait_for(lambda: version_folders(cache_dir, store, "repo/scaler") == folders[1:],
+                 "the last process deleting v1's download")
 
 
 def test_config_json_in_the_bucket(store: Store, cache_dir: Path) -> None:
