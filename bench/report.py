@@ -33,7 +33,6 @@ def render(doc: dict[str, Any]) -> list[str]:
     if "warm" in doc:
         lines += _warm(doc["warm"], doc["clients"])
     if "floor" in doc:
-        floors = doc["floor"] if "rest" in doc["floor"] else {"rest": doc["floor"]}  # pre-gRPC
         lines += ["", "Transport floor (bench/floor.py): the KServe request (REST binary, gRPC "
                   "raw contents) against a server that only sleeps the raw THROUGHPUT p50, "
                   "paired with a bare sleep; no server on that transport can go below this "
@@ -42,7 +41,7 @@ def render(doc: dict[str, Any]) -> list[str]:
                   "|---|---|---:|---:|---:|---:|"]
         lines += [f"| {name} | {transport} | {row['sleep_ms']:.2f} | {row['p50_ms']:.2f} | "
                   f"{row['raw_p50_ms']:.2f} | {row['p50_ratio']:.2f} |"
-                  for transport, table in floors.items() for name, row in table.items()]
+                  for transport, table in doc["floor"].items() for name, row in table.items()]
     if "cold" in doc:
         lines += ["", f"Cold start, {doc['cold']['model']}: process start -> first 200, median "
                   "of the interleaved runs, ms; RSS after 20 requests (tree: root RSS + "
