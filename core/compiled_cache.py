@@ -34,7 +34,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,12 +174,14 @@ def load(core: ov.Core, path: Path, device: str, properties: dict[str, Any]
 
 
 def save_later(compiled: ov.CompiledModel, name: str, cache_dir: str,
-               after: threading.Event | None = None) -> threading.Thread | None:
+               after: threading.Event | None = None,
+               cancelled: Callable[[], bool] = lambda: False) -> threading.Thread | None:
     """Export to <cache_dir>/blobs/<name>.blob on a background thread (atomic rename).
 
     The export takes a core for ~0.3 s on a ResNet-50: it waits for `after` (the version's
     first request done, at most EXPORT_WAIT_S) so that a cold start's first answer does not
-    share the CPU with it, and runs at the lowest priority."""
+    share the CPU with it, and runs at the lowest priority. It gives up if `cancelled()` says so
+    by then (the version retired: its blob would only hold the compiled model in memory)."""
     folder = _local_dir(cache_dir)
     if not folder or not _profile.concurrent:
         return None
@@ -190,6 +192,8 @@ def save_later(compiled: ov.CompiledModel, name: str, cache_dir: str,
     def run() -> None:
         if after is not None:
             after.wait(EXPORT_WAIT_S)
+        if cancelled():
+            return
         _lowest_priority()
         try:
             write(compiled, name, target.parent)

@@ -105,7 +105,9 @@ class ModelVersion:
         self._batcher: Batcher | None = None
         self._inflight = 0
         self._idle = threading.Condition()
-        self._served = threading.Event()  # set when the first request ends: blob export waits
+        # set when the first request ends, or on retirement: a waiting blob export runs then
+        # (or, retired, gives up)
+        self._export_gate = threading.Event()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -132,7 +134,8 @@ class ModelVersion:
             if self.status.state >= State.UNLOADING:
                 return False
             self._set(Status(State.UNLOADING))
-            return True
+        self._export_gate.set()
+        return True
 
     def drain(self, grace: float = RETIRE_GRACE_S) -> None:
         """After unpublish: wait for in-flight requests, release the resources, then END.
@@ -150,6 +153,9 @@ class ModelVersion:
             self._compiled = self._blob = None  # the mapping too: its file may be deleted
             self._pool = queue.Queue()
             self._set(Status(State.END))
+
+    def _retiring(self) -> bool:
+        return self.status.state >= State.UNLOADING
 
     def retire(self, grace: float = RETIRE_GRACE_S) -> None:
         """UNLOADING until in-flight requests finish, then END (idempotent)."""
@@ -184,7 +190,8 @@ class ModelVersion:
         else:
             self._compiled = core.compile_model(model, device, properties)
             if blob:
-                compiled_cache.save_later(self._compiled, blob, self.cache_dir, self._served)
+                compiled_cache.save_later(self._compiled, blob, self.cache_dir,
+                                          self._export_gate, self._retiring)
         self.timings["compile_s"] = time.perf_counter() - started
         self._fill_pool()
         if self.config.dynamic_batching is not None:
@@ -290,8 +297,8 @@ class ModelVersion:
             with self._idle:
                 self._inflight -= 1
                 self._idle.notify_all()
-            if not self._served.is_set():
-                self._served.set()
+            if not self._export_gate.is_set():
+                self._export_gate.set()
 
     def _run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._batcher is not None:

@@ -6,6 +6,7 @@ THROUGHPUT streams on concurrent hosts, LATENCY otherwise, plugin_config always 
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,6 +74,22 @@ def test_export_waits_for_the_first_request_or_an_idle_spell(
     monkeypatch.setattr(compiled_cache, "EXPORT_WAIT_S", 0.3)
     version(tmp_path / "m" / "1", tmp_path / "idle")  # never asked: exports after the wait
     wait_for_blob(tmp_path / "idle")
+
+
+def test_a_version_retired_before_its_export_writes_no_blob(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its export thread ends at the retirement, and with it the last hold on the model."""
+    save(scaler(3.0), tmp_path / "m" / "1")
+    compiled_cache.configure(True)
+    monkeypatch.setattr(compiled_cache, "EXPORT_WAIT_S", 1.0)
+    before = set(threading.enumerate())
+    loaded = version(tmp_path / "m" / "1", tmp_path / "cache")
+    (export,) = [t for t in set(threading.enumerate()) - before if t.name.startswith("export-")]
+    loaded.retire(grace=0)
+    export.join(timeout=0.5)
+    assert not export.is_alive()
+    time.sleep(1.0)  # past the wait, when the export would have run
+    assert not list((tmp_path / "cache").glob("blobs/*.blob"))
 
 
 def test_one_request_hosts_read_blobs_but_do_not_write(tmp_path: Path) -> None:
