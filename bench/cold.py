@@ -99,10 +99,11 @@ def compile_sources() -> None:
 
 def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray,
         repeat: int, s3: dict[str, Any] | None, with_peer: bool,
-        variants: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+        variants: dict[str, dict[str, str]] | None = None,
+        ff_variants: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """Every scenario `repeat` times, interleaved (round after round of every scenario, so a
-    slow spell of the machine hits all rows alike); medians. `variants`: extra Lambda env
-    sets to compare."""
+    slow spell of the machine hits all rows alike); medians. `variants` / `ff_variants`: extra
+    env sets to compare, for the Lambda probe / the real functions-framework."""
     compile_sources()
     request = request_file(root, model, model_file, x)
     http = kserve_binary(model, x)
@@ -141,10 +142,11 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
         **local, OVS_CONCURRENT="1", OVS_CACHE_DIR=fresh_cache())))
     ff = str(Path(sys.executable).parent / "functions-framework")
     port = free_port()
-    add("functions-framework (real)", lambda: real(
-        [ff, "--source", str(REPO / "handlers" / "cloud_run.py"), "--target", "predict",
-         "--host", "127.0.0.1", "--port", str(port)], port, http,
-        base_env(**local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache()), root / "ff.log"))
+    ff_cmd = [ff, "--source", str(REPO / "handlers" / "cloud_run.py"), "--target", "predict",
+              "--host", "127.0.0.1", "--port", str(port)]
+    for name, extra in {"functions-framework (real)": {}, **(ff_variants or {})}.items():
+        add(name, lambda extra=extra: real(ff_cmd, port, http, base_env(
+            **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache(), **extra), root / "ff.log"))
     add("serve (real)", lambda: real(
         [sys.executable, "-m", "handlers.cli", "serve", "--model_name", model, "--model_path",
          str(model_dir), "--rest_port", str(port), "--log_level", "WARNING"], port, http,

@@ -232,14 +232,16 @@ def run_cold(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload
     emulator = None
     s3 = None
     blob = make_blob(root, model, model_dir)
-    variants = {"Lambda, baked blob": {"OVS_COMPILED_CACHE": str(blob.parent)},
+    baked = {"OVS_COMPILED_CACHE": str(blob.parent)}
+    variants = {"Lambda, baked blob": baked,
                 "Lambda, openvino with ovc": {"OVS_IMPORT_OVC": "1"}}
     if args.s3:
         emulator, s3 = s3_upload(model_dir, model, blob)
     try:
         return {"model": model, **cold.run(root / "cold", model, model_dir, files[model],
                                            inputs[model].x, repeat, s3,
-                                           args.peer and peer.ensure_venv(), variants)}
+                                           args.peer and peer.ensure_venv(), variants,
+                                           {"functions-framework, baked blob": baked})}
     finally:
         if emulator is not None:
             emulator.close()
