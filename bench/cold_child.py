@@ -28,14 +28,15 @@ _ALIVE: list[Any] = []
 
 
 class _Downloads(logging.Handler):
-    """Sums the `seconds` of core.storage.remote's "model version ready" records."""
+    """Sums the `seconds` of core.storage.remote's downloads (a version's files, a blob)."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.seconds = 0.0
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage() == "model version ready" and not getattr(record, "cached", True):
+        if record.getMessage() in ("model version ready", "compiled blob ready") and \
+                not getattr(record, "cached", True):
             self.seconds += float(getattr(record, "seconds", 0.0))
 
 

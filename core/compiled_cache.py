@@ -12,18 +12,20 @@ compile saves).
 
 Lookup order (first hit wins; a blob that fails to import falls back to a compile):
   1. OVS_COMPILED_CACHE: folders, ':'-separated, e.g. a read-only folder baked into the image
-  2. `<version folder>/.ov-compiled/`: blobs uploaded next to the model in the bucket (they
-     arrive with the version's download) or shipped in the local repository
+  2. `<version folder>/.ov-compiled/`: blobs shipped in a local repository
   3. `<cache_dir>/blobs/`: written by this host after a compile (concurrent hosts only, in a
      background thread after the version is serving, so a cold start never waits for it)
+  4. `<version>/.ov-compiled/` in the bucket: a version's download leaves its blobs out, and
+     only the one with this host's key is downloaded, now (core.storage.remote.Blobs)
 Import reads the blob through a copy-on-write memory map (no read into Python bytes).
 
 Measured on the 2-core bench machine (bench/run.py), OpenVINO 2026.4, ResNet-50-sized FP16
 IR: compile 0.11 s, blob import 0.07 s. OpenVINO's own CACHE_DIR hit is as fast, but its
 populating run costs more than a plain compile on every new instance whose cache starts
 empty (every Lambda sandbox, every Cloud Run instance), so it is no longer set by default.
-A blob in the bucket is downloaded with the version: on a slow link that costs more than the
-compile it saves (bench: S3 emulator); bake blobs into the image instead where possible.
+A blob in the bucket is downloaded after the model's files (the key samples the weights): it
+pays where the compile takes longer than the blob's download; bake blobs into the image
+instead where possible.
 """
 
 from __future__ import annotations
@@ -42,9 +44,11 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
+from core.storage import BLOB_FOLDER
+from core.storage import remote as remote_storage
+
 log = logging.getLogger("ov_serverless.compiled_cache")
 
-BLOB_FOLDER = ".ov-compiled"
 SAMPLES = 64
 SAMPLE_BYTES = 4096
 GRAPH_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite", ".json")
@@ -152,7 +156,7 @@ def find(name: str, folder: Path, cache_dir: str) -> Path | None:
             candidate = Path(base) / f"{name}.blob"
             if candidate.is_file():
                 return candidate
-    return None
+    return remote_storage.BLOBS.fetch(folder, f"{name}.blob")
 
 
 def _local_dir(cache_dir: str) -> str:

@@ -173,7 +173,6 @@ class ModelVersion:
         self._transform(model)
         reshape.apply(model, self.config, aliases)
         self._describe(model, aliases)
-        started = time.perf_counter()
         core, device, properties = ov_core(), self.config.target_device, self._compile_config()
         blob = None
         if self.config.allow_cache:
@@ -182,6 +181,7 @@ class ModelVersion:
                 type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
                 c.low_latency_transformation))
         found = compiled_cache.find(blob, self.folder, self.cache_dir) if blob else None
+        started = time.perf_counter()  # after find: a blob's download is a storage timing
         imported = compiled_cache.load(core, found, device, properties) if found else None
         self.blob_key = blob or ""  # core.compiled_cache.export_manager names blobs by it
         self.timings["blob_hit"] = float(imported is not None)

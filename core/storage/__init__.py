@@ -12,6 +12,8 @@ import importlib
 from pathlib import Path
 from typing import Protocol
 
+BLOB_FOLDER = ".ov-compiled"  # <version>/.ov-compiled/<key>.blob (core.compiled_cache)
+
 REMOTE_SCHEMES = {
     "s3": "core.storage.s3",
     "gs": "core.storage.gcs",

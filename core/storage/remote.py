@@ -6,11 +6,14 @@ failure. `RemoteRepository` turns that into the Repository protocol:
 
     versions()  one recursive listing under the prefix, grouped by the first path segment;
                 a version's fingerprint hashes (relative key, etag/generation, size) of its files
+                (not of its compiled blobs, .ov-compiled/*.blob: see fetch)
     fetch(v)    <cache_dir>/<scheme>/<bucket>/<prefix>/<v>-<fingerprint>/, downloaded file by
                 file on a thread pool into a hidden temp folder beside it and renamed into place
                 only when complete, so a partial download is never visible; an existing folder
                 with the same fingerprint is reused as is. A version of PROGRESS_MIN_BYTES or
                 more logs its progress (bytes on disk so far, MB/s) every PROGRESS_INTERVAL_S.
+                Compiled blobs stay in the bucket: there may be one per kind of CPU, and a load
+                downloads only the one with its host's key (Blobs, from core.compiled_cache).
     release(f)  the version that fetched f ended: once no version in the process uses f,
                 it is deleted (Folders)
 """
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Protocol
 
 from core.errors import StorageError
+from core.storage import BLOB_FOLDER
 
 log = logging.getLogger("ov_serverless.storage")
 
@@ -106,6 +110,22 @@ def is_folder_marker(obj: RemoteObject) -> bool:
     return obj.key.endswith("/")
 
 
+def split_blobs(objects: Iterable[RemoteObject], base: str
+                ) -> tuple[list[RemoteObject], dict[str, RemoteObject]]:
+    """A version's objects -> (its model files, its compiled blobs by file name). Blobs are
+    not part of the download nor of the fingerprint: there may be one per kind of CPU, and a
+    load fetches only the one with its host's key (Blobs)."""
+    files: list[RemoteObject] = []
+    blobs: dict[str, RemoteObject] = {}
+    for obj in objects:
+        head, _, name = relative_key(obj.key, base).partition("/")
+        if head == BLOB_FOLDER and name.endswith(".blob") and "/" not in name:
+            blobs[name] = obj
+        else:
+            files.append(obj)
+    return files, blobs
+
+
 class RemoteRepository:
     """Repository protocol over a Backend; see the module docstring."""
 
@@ -129,12 +149,14 @@ class RemoteRepository:
                 groups.setdefault(int(head), []).append(obj)
         if not seen_any:
             raise StorageError(f"The provided base path is invalid or doesn't exists: {self.url}")
-        return {v: fingerprint(objs, self._key(str(v))) for v, objs in sorted(groups.items())}
+        return {v: fingerprint(split_blobs(objs, self._key(str(v)))[0], self._key(str(v)))
+                for v, objs in sorted(groups.items())}
 
     def fetch(self, version: int) -> Path:
         started = time.perf_counter()
         base = self._key(str(version))
-        objects = [o for o in self.backend.list_objects(base + "/") if not is_folder_marker(o)]
+        listed = [o for o in self.backend.list_objects(base + "/") if not is_folder_marker(o)]
+        objects, blobs = split_blobs(listed, base)
         if not objects:
             raise StorageError(f"Version folder is missing: {self.url.rstrip('/')}/{version}")
         target = self.cache_root / f"{version}-{fingerprint(objects, base)}"
@@ -147,6 +169,7 @@ class RemoteRepository:
         except BaseException:
             FOLDERS.release(target)
             raise
+        BLOBS.offer(target, self, blobs)
         log.info(
             "model version ready",
             extra={
@@ -163,6 +186,23 @@ class RemoteRepository:
 
     def release(self, folder: Path) -> None:
         FOLDERS.release(folder)
+        if not FOLDERS.holds(folder):
+            BLOBS.forget(folder)
+
+    def download_blob(self, obj: RemoteObject, dest: Path) -> None:
+        """One compiled blob into dest (atomic: a temp file beside it, renamed when complete)."""
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            handle, temp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+            os.close(handle)
+        except OSError as exc:
+            raise StorageError(f"Cannot write {dest} for {self.url}: {exc}") from exc
+        try:
+            self._download_one(obj, Path(temp))
+            os.replace(temp, dest)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
 
     def _download_all(
         self, objects: list[RemoteObject], base: str, target: Path, label: str
@@ -262,6 +302,10 @@ class Folders:
                 self._locks[folder] = _shared_lock(_lock_file(folder))
             self._users[folder] = self._users.get(folder, 0) + 1
 
+    def holds(self, folder: Path) -> bool:
+        with self._lock:
+            return folder in self._users
+
     def release(self, folder: Path) -> None:
         with self._lock:
             count = self._users.pop(folder, 0)
@@ -278,6 +322,55 @@ class Folders:
         if gone is not None:
             shutil.rmtree(gone, ignore_errors=True)
             log.info("removed cached version folder", extra={"path": str(folder)})
+
+
+class Blobs:
+    """The compiled blobs listed next to each downloaded version folder, downloaded one at a
+    time when a load asks for its key (core.compiled_cache.find) into <folder>/.ov-compiled/."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._download_lock = threading.Lock()  # one blob at a time: no duplicate downloads
+        self._listed: dict[Path, tuple[RemoteRepository, dict[str, RemoteObject]]] = {}
+
+    def offer(self, folder: Path, repository: RemoteRepository,
+              blobs: dict[str, RemoteObject]) -> None:
+        with self._lock:
+            if blobs:
+                self._listed[folder] = (repository, blobs)
+            else:
+                self._listed.pop(folder, None)
+
+    def forget(self, folder: Path) -> None:
+        with self._lock:
+            self._listed.pop(folder, None)
+
+    def fetch(self, folder: Path, name: str) -> Path | None:
+        """<folder>/.ov-compiled/<name>, downloaded if the bucket lists it; None when it does
+        not, or the download fails (logged: the load compiles instead)."""
+        with self._lock:
+            repository, blobs = self._listed.get(folder, (None, {}))
+        obj = blobs.get(name)
+        if repository is None or obj is None:
+            return None
+        dest = folder / BLOB_FOLDER / name
+        started = time.perf_counter()
+        with self._download_lock:
+            cached = dest.is_file()
+            if not cached:
+                try:
+                    repository.download_blob(obj, dest)
+                except StorageError as exc:
+                    log.warning("Compiled blob not downloaded, compiling instead: %s",
+                                exc.message)
+                    return None
+        log.info("compiled blob ready", extra={
+            "url": repository.url, "bytes": obj.size, "path": str(dest), "cached": cached,
+            "seconds": round(time.perf_counter() - started, 3)})
+        return dest
+
+
+BLOBS = Blobs()
 
 
 def _lock_file(folder: Path) -> Path:
