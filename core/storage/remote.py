@@ -330,7 +330,7 @@ class Blobs:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._download_lock = threading.Lock()  # one blob at a time: no duplicate downloads
+        self._downloads: dict[Path, threading.Lock] = {}  # one download per blob file at once
         self._listed: dict[Path, tuple[RemoteRepository, dict[str, RemoteObject]]] = {}
 
     def offer(self, folder: Path, repository: RemoteRepository,
@@ -344,6 +344,8 @@ class Blobs:
     def forget(self, folder: Path) -> None:
         with self._lock:
             self._listed.pop(folder, None)
+            for dest in [d for d in self._downloads if d.parent.parent == folder]:
+                del self._downloads[dest]
 
     def fetch(self, folder: Path, name: str) -> Path | None:
         """<folder>/.ov-compiled/<name>, downloaded if the bucket lists it; None when it does
@@ -355,7 +357,9 @@ class Blobs:
             return None
         dest = folder / BLOB_FOLDER / name
         started = time.perf_counter()
-        with self._download_lock:
+        with self._lock:
+            download_lock = self._downloads.setdefault(dest, threading.Lock())
+        with download_lock:
             cached = dest.is_file()
             if not cached:
                 try:
