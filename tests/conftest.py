@@ -7,11 +7,13 @@ every module that needs no special config; `server_factory` starts module-privat
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from core.logs import JsonFormatter
 from demo import models
 from tests.core.helpers import (
     RunningServer,
@@ -24,6 +26,19 @@ from tests.core.helpers import (
 )
 
 ServerFactory = Callable[..., RunningServer]
+
+
+@pytest.fixture(autouse=True)
+def root_logging() -> Iterator[None]:
+    """Undo core.logs.configure after a test that ran the CLI in-process: its handler holds
+    the test's captured stderr, which is closed once the test ends, and a background thread
+    that logs later (a version retiring) would hit it ("Logging error")."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in [h for h in root.handlers if isinstance(h.formatter, JsonFormatter)]:
+        root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
