@@ -190,19 +190,20 @@ class RemoteRepository:
             BLOBS.forget(folder)
 
     def download_blob(self, obj: RemoteObject, dest: Path) -> None:
-        """One compiled blob into dest (atomic: a temp file beside it, renamed when complete)."""
+        """One compiled blob into dest (atomic: a temp file beside it, renamed when complete);
+        any failure is a StorageError, so the load compiles instead."""
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
             handle, temp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
             os.close(handle)
+            try:
+                self._download_one(obj, Path(temp))
+                os.replace(temp, dest)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
         except OSError as exc:
             raise StorageError(f"Cannot write {dest} for {self.url}: {exc}") from exc
-        try:
-            self._download_one(obj, Path(temp))
-            os.replace(temp, dest)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
 
     def _download_all(
         self, objects: list[RemoteObject], base: str, target: Path, label: str

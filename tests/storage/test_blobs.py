@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from core import compiled_cache
+from core.api import App
 from core.config import Settings
+from core.model import ModelVersion
 from core.storage import BLOB_FOLDER, open_repository
 from tests.storage.helpers import Store
 from tests.storage.serving import predict, put_scaler, scaled, start_app
@@ -20,8 +22,8 @@ def _settings(store: Store, cache_dir: Path, lazy_load: bool = False) -> Setting
                     lazy_load=lazy_load)
 
 
-def _only_version(app: object) -> object:
-    (version,) = app.manager.models["scaler"].versions.values()  # type: ignore[attr-defined]
+def _only_version(app: App) -> ModelVersion:
+    (version,) = app.manager.models["scaler"].versions.values()
     return version
 
 
@@ -31,18 +33,16 @@ def test_only_the_blob_with_this_hosts_key_is_downloaded_and_imported(
     repository = open_repository(store.url(PREFIX), tmp_path / "probe")
     before = repository.versions()
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
-    assert first.timings["blob_hit"] == 0.0  # type: ignore[attr-defined]
-    blob = compiled_cache.write(first._compiled, first.blob_key,  # type: ignore[attr-defined]
-                                tmp_path / "export")
+    assert first.timings["blob_hit"] == 0.0
+    blob = compiled_cache.write(first._compiled, first.blob_key, tmp_path / "export")
     store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{blob.name}", blob.read_bytes())
     store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{'0' * 32}.blob", b"another CPU's blob" * 1000)
     assert repository.versions() == before  # not a changed version: no reload
 
     app = start_app(_settings(store, tmp_path / "second"))
     second = _only_version(app)
-    assert second.timings["blob_hit"] == 1.0  # type: ignore[attr-defined]
-    folder = second.folder  # type: ignore[attr-defined]
-    assert sorted(p.name for p in (folder / BLOB_FOLDER).iterdir()) == [blob.name]
+    assert second.timings["blob_hit"] == 1.0
+    assert sorted(p.name for p in (second.folder / BLOB_FOLDER).iterdir()) == [blob.name]
     assert predict(app, version=1) == (200, scaled(1))
 
 
@@ -50,11 +50,23 @@ def test_a_broken_blob_in_the_bucket_falls_back_to_a_compile(
         store: Store, tmp_path: Path) -> None:
     put_scaler(store, PREFIX, 1)
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
-    store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob",  # type: ignore[attr-defined]
-              b"x" * 100)
+    store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob", b"x" * 100)
     app = start_app(_settings(store, tmp_path / "second"))
-    assert _only_version(app).timings["blob_hit"] == 0.0  # type: ignore[attr-defined]
+    assert _only_version(app).timings["blob_hit"] == 0.0
     assert predict(app, version=1) == (200, scaled(1))
+
+
+def test_a_blob_that_cannot_be_written_falls_back_to_a_compile(
+        store: Store, tmp_path: Path) -> None:
+    """A local write failure (here a folder where the blob goes) is not a failed load."""
+    put_scaler(store, PREFIX, 1)
+    first = _only_version(start_app(_settings(store, tmp_path / "first")))
+    store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob", compiled_cache.write(
+        first._compiled, first.blob_key, tmp_path / "export").read_bytes())
+    app = start_app(_settings(store, tmp_path / "second", lazy_load=True))
+    (_only_version(app).folder / BLOB_FOLDER / f"{first.blob_key}.blob").mkdir(parents=True)
+    assert predict(app, version=1) == (200, scaled(1))
+    assert _only_version(app).timings["blob_hit"] == 0.0
 
 
 def test_a_blob_gone_from_the_bucket_by_the_load_falls_back_to_a_compile(
@@ -62,10 +74,10 @@ def test_a_blob_gone_from_the_bucket_by_the_load_falls_back_to_a_compile(
     """Listed when the version was fetched, deleted before the (lazy) load downloads it."""
     put_scaler(store, PREFIX, 1)
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
-    key = f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob"  # type: ignore[attr-defined]
+    key = f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob"
     store.put(key, compiled_cache.write(
-        first._compiled, first.blob_key, tmp_path / "export").read_bytes())  # type: ignore
+        first._compiled, first.blob_key, tmp_path / "export").read_bytes())
     app = start_app(_settings(store, tmp_path / "second", lazy_load=True))
     store.delete(key)
     assert predict(app, version=1) == (200, scaled(1))
-    assert _only_version(app).timings["blob_hit"] == 0.0  # type: ignore[attr-defined]
+    assert _only_version(app).timings["blob_hit"] == 0.0
