@@ -28,14 +28,16 @@ _ALIVE: list[Any] = []
 
 
 class _Downloads(logging.Handler):
-    """Sums the `seconds` of core.storage.remote's downloads (a version's files, a blob)."""
+    """Sums the `seconds` of core.storage.remote's downloads (a version's files, a blob, the
+    weights left in the bucket) and of the blob key's ranged reads."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.seconds = 0.0
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage() in ("model version ready", "compiled blob ready") and \
+        if record.getMessage() in ("model version ready", "compiled blob ready",
+                                   "model weights ready", "weight samples read") and \
                 not getattr(record, "cached", True):
             self.seconds += float(getattr(record, "seconds", 0.0))
 

@@ -36,22 +36,21 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 import openvino as ov
 
-from core.storage import BLOB_FOLDER
+from core.storage import BLOB_FOLDER, GRAPH_SUFFIXES
 from core.storage import remote as remote_storage
 
 log = logging.getLogger("ov_serverless.compiled_cache")
 
 SAMPLES = 64
 SAMPLE_BYTES = 4096
-GRAPH_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite", ".json")
 EXPORT_WAIT_S = 10.0  # an idle server exports its blobs this long after the load
 
 
@@ -116,6 +115,8 @@ def _cpu_flags() -> str:
 
 def key(core: ov.Core, device: str, folder: Path, properties: dict[str, Any],
         model_options: Iterable[object]) -> str:
+    """The blob name; a weight file still in the bucket is sampled with ranged reads, to the
+    same key (raises StorageError when they fail)."""
     digest = hashlib.blake2b(digest_size=16)
     digest.update(_device_id(core, device).encode())
     for name, value in sorted(properties.items()):
@@ -123,28 +124,38 @@ def key(core: ov.Core, device: str, folder: Path, properties: dict[str, Any],
             digest.update(f"\0{name}={value}".encode())
     for option in model_options:
         digest.update(f"\0{option!r}".encode())
-    for path in _model_files(folder):
-        digest.update(f"\0{path.relative_to(folder).as_posix()}\0{path.stat().st_size}".encode())
-        _sample(digest, path, whole=path.suffix in GRAPH_SUFFIXES)
+    local = {p.relative_to(folder).as_posix(): p for p in _model_files(folder)}
+    remote = remote_storage.LAZY.weights(folder)
+    for rel in sorted(local.keys() | remote.keys(), key=lambda r: r.split("/")):
+        path = local.get(rel)
+        size = path.stat().st_size if path else remote[rel]
+        spans = _spans(size, whole=PurePosixPath(rel).suffix in GRAPH_SUFFIXES)
+        digest.update(f"\0{rel}\0{size}".encode())
+        for chunk in (_read(path, spans) if path else
+                      remote_storage.LAZY.read(folder, rel, spans)):
+            digest.update(chunk)
     return digest.hexdigest()
 
 
 def _model_files(folder: Path) -> list[Path]:
     """Every file of the version (SavedModel variables/ too), not the blobs beside them."""
-    return sorted(p for p in folder.rglob("*")
-                  if p.is_file() and BLOB_FOLDER not in p.relative_to(folder).parts)
+    return [p for p in folder.rglob("*")
+            if p.is_file() and BLOB_FOLDER not in p.relative_to(folder).parts]
 
 
-def _sample(digest: Any, path: Path, whole: bool) -> None:
-    size = path.stat().st_size
+def _spans(size: int, whole: bool) -> list[tuple[int, int]]:
+    """(start, length) read for a file's key: all of it, or SAMPLES spread across it."""
+    if whole or size <= SAMPLES * SAMPLE_BYTES:
+        return [(0, size)] if size else []
+    step = (size - SAMPLE_BYTES) // (SAMPLES - 1)
+    return [(index * step, SAMPLE_BYTES) for index in range(SAMPLES)]
+
+
+def _read(path: Path, spans: list[tuple[int, int]]) -> Iterator[bytes]:
     with path.open("rb") as handle:
-        if whole or size <= SAMPLES * SAMPLE_BYTES:
-            digest.update(handle.read())
-            return
-        step = (size - SAMPLE_BYTES) // (SAMPLES - 1)
-        for index in range(SAMPLES):
-            handle.seek(index * step)
-            digest.update(handle.read(SAMPLE_BYTES))
+        for start, length in spans:
+            handle.seek(start)
+            yield handle.read(length)
 
 
 # -- blobs -------------------------------------------------------------------------------------
@@ -156,7 +167,7 @@ def find(name: str, folder: Path, cache_dir: str) -> Path | None:
             candidate = Path(base) / f"{name}.blob"
             if candidate.is_file():
                 return candidate
-    return remote_storage.BLOBS.fetch(folder, f"{name}.blob")
+    return remote_storage.LAZY.blob(folder, f"{name}.blob")
 
 
 def _local_dir(cache_dir: str) -> str:
@@ -231,7 +242,7 @@ def export_manager(manager: Any, folder: Path) -> list[Path]:
     """Blobs of every AVAILABLE model version a ModelManager serves, into `folder`:
 
         python -c "from core.config import Settings; from core.manager import ModelManager
-        from core.compiled_cache import export_manager; from pathlib import Path
+        from core.compiled_cache import export_manager; from pathlib import Path, PurePosixPath
         export_manager(ModelManager.start(Settings.from_env()), Path('/opt/ov-blobs'))"
 
     run with the same OVS_* settings (and OVS_CONCURRENT) as the server, on the same kind of

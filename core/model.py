@@ -24,7 +24,7 @@ import openvino as ov
 from core import metrics, tensors
 from core.batching import Batcher
 from core.config import BatchingConfig, ModelConfig
-from core.errors import ModelNotReadyError, PreconditionError, ServingError
+from core.errors import ModelNotReadyError, PreconditionError, ServingError, StorageError
 from core.shapes import ANY, Dim, Dims
 from core.signature import Inputs, TensorSpec, validate
 
@@ -163,39 +163,64 @@ class ModelVersion:
             self.drain(grace)
 
     def _build(self) -> None:
-        from core import compiled_cache, mapping, reshape
+        """Import the version's compiled blob if one has its key, else read and compile; the
+        served signature comes from the compiled model either way (a blob needs no weights)."""
+        from core import compiled_cache, mapping
 
-        started = time.perf_counter()
         path = self.model_file = find_model_file(self.folder)
-        model = ov_core().read_model(str(path))
-        self.timings["read_s"] = time.perf_counter() - started
         aliases = mapping.load(self.folder)
-        self._transform(model)
-        reshape.apply(model, self.config, aliases)
-        self._describe(model, aliases)
         core, device, properties = ov_core(), self.config.target_device, self._compile_config()
-        blob = None
-        if self.config.allow_cache:
-            c = self.config
-            blob = compiled_cache.key(core, device, self.folder, properties, (
-                type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
-                c.low_latency_transformation))
-        found = compiled_cache.find(blob, self.folder, self.cache_dir) if blob else None
+        self.blob_key = self._blob_name(core, device, properties)  # export_manager uses it
+        found = compiled_cache.find(self.blob_key, self.folder, self.cache_dir) \
+            if self.blob_key else None
         started = time.perf_counter()  # after find: a blob's download is a storage timing
         imported = compiled_cache.load(core, found, device, properties) if found else None
-        self.blob_key = blob or ""  # core.compiled_cache.export_manager names blobs by it
         self.timings["blob_hit"] = float(imported is not None)
+        self.timings["read_s"] = 0.0  # no read when a blob imports
         if imported is not None:
             self._compiled, self._blob = imported
         else:
+            model = self._read(path, aliases)
+            started = time.perf_counter()
             self._compiled = core.compile_model(model, device, properties)
-            if blob:
-                compiled_cache.save_later(self._compiled, blob, self.cache_dir,
+            if self.blob_key:
+                compiled_cache.save_later(self._compiled, self.blob_key, self.cache_dir,
                                           self._export_gate, self._retiring)
         self.timings["compile_s"] = time.perf_counter() - started
+        self._describe(self._compiled, aliases)
         self._fill_pool()
         if self.config.dynamic_batching is not None:
             self._start_batching(self.config.dynamic_batching)
+
+    def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
+        """The compiled blob's key; "" when the config disallows blobs or the key's reads
+        fail (logged: the version compiles)."""
+        from core import compiled_cache
+
+        c = self.config
+        if not c.allow_cache:
+            return ""
+        try:
+            return compiled_cache.key(core, device, self.folder, properties, (
+                type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
+                c.low_latency_transformation))
+        except StorageError as exc:
+            log.warning("Compiled blob key not read, compiling instead: %s", exc.message)
+            return ""
+
+    def _read(self, path: Path, aliases: Any) -> ov.Model:
+        """The model as config says to serve it: weights a bucket still holds are downloaded
+        first, then read, transformed (subclasses), reshaped and re-laid-out."""
+        from core import reshape
+        from core.storage import remote
+
+        remote.LAZY.complete(self.folder)
+        started = time.perf_counter()
+        model = ov_core().read_model(str(path))
+        self.timings["read_s"] = time.perf_counter() - started
+        self._transform(model)
+        reshape.apply(model, self.config, aliases)
+        return model
 
     def _transform(self, model: ov.Model) -> None:
         """Hook for subclasses (stateful models) to transform the read model."""
@@ -243,7 +268,7 @@ class ModelVersion:
                                 lambda seconds: self._wait_metric.observe(seconds * 1e6),
                                 rows.observe)
 
-    def _describe(self, model: ov.Model, aliases: Any) -> None:
+    def _describe(self, model: ov.CompiledModel, aliases: Any) -> None:
         for port in model.inputs:
             real = _port_name(port)
             served = aliases.inputs.get(real, real)

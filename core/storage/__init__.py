@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Protocol
 
 BLOB_FOLDER = ".ov-compiled"  # <version>/.ov-compiled/<key>.blob (core.compiled_cache)
+# Files a model's graph is read from (the rest are weights): a compiled blob's key hashes them
+# whole, and a bucket never defers them (core.storage.remote).
+GRAPH_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite", ".json")
 
 REMOTE_SCHEMES = {
     "s3": "core.storage.s3",

@@ -118,9 +118,10 @@ class AzureBackend:
         with _errors(f"Cannot download {self._url(obj.key)}", self.bucket), dest.open("wb") as f:
             self.container.download_blob(obj.key, max_concurrency=4).readinto(f)
 
-    def read(self, key: str) -> bytes:
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        span = {} if length is None else {"offset": start, "length": length}
         with _errors(f"Cannot read {self._url(key)}", self.bucket):
-            data: bytes = self.container.download_blob(key).readall()
+            data: bytes = self.container.download_blob(key, **span).readall()
             return data
 
 

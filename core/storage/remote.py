@@ -13,7 +13,9 @@ failure. `RemoteRepository` turns that into the Repository protocol:
                 with the same fingerprint is reused as is. A version of PROGRESS_MIN_BYTES or
                 more logs its progress (bytes on disk so far, MB/s) every PROGRESS_INTERVAL_S.
                 Compiled blobs stay in the bucket: there may be one per kind of CPU, and a load
-                downloads only the one with its host's key (Blobs, from core.compiled_cache).
+                downloads only the one with its host's key (LAZY, from core.compiled_cache).
+                When there are blobs, big weight files (DEFER_MIN_BYTES) stay there too until a
+                load compiles: one that imports its blob never downloads them.
     release(f)  the version that fetched f ended: once no version in the process uses f,
                 it is deleted (Folders)
 """
@@ -32,11 +34,11 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from core.errors import StorageError
-from core.storage import BLOB_FOLDER
+from core.storage import BLOB_FOLDER, GRAPH_SUFFIXES
 
 log = logging.getLogger("ov_serverless.storage")
 
@@ -48,6 +50,11 @@ MAX_WORKERS = 8
 # A download this big (a version's files together) reports progress while it runs.
 PROGRESS_MIN_BYTES = 50 << 20
 PROGRESS_INTERVAL_S = 2.0
+# With compiled blobs listed, weight files this big are downloaded only by a load that compiles;
+# the blob key reads samples of them with ranged reads instead (SAMPLE_WORKERS at once), which
+# on a cloud store costs about what downloading a few MB does.
+DEFER_MIN_BYTES = 4 << 20
+SAMPLE_WORKERS = 16
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,9 @@ class Backend(Protocol):
 
     def download(self, obj: RemoteObject, dest: Path) -> None: ...
 
-    def read(self, key: str) -> bytes: ...
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        """The object's bytes, or `length` of them from `start` (a ranged read)."""
+        ...
 
 
 def split_url(url: str, schemes: Iterable[str]) -> tuple[str, str]:
@@ -126,6 +135,11 @@ def split_blobs(objects: Iterable[RemoteObject], base: str
     return files, blobs
 
 
+def can_wait(obj: RemoteObject) -> bool:
+    """A weight file a load that imports a compiled blob does not read."""
+    return obj.size >= DEFER_MIN_BYTES and PurePosixPath(obj.key).suffix not in GRAPH_SUFFIXES
+
+
 class RemoteRepository:
     """Repository protocol over a Backend; see the module docstring."""
 
@@ -160,23 +174,27 @@ class RemoteRepository:
         if not objects:
             raise StorageError(f"Version folder is missing: {self.url.rstrip('/')}/{version}")
         target = self.cache_root / f"{version}-{fingerprint(objects, base)}"
-        size = sum(o.size for o in objects)
+        later = {relative_key(o.key, base): o for o in objects if blobs and can_wait(o)}
+        now = [o for o in objects if relative_key(o.key, base) not in later]
         FOLDERS.acquire(target)  # before the check: a release cannot delete it under us
         try:
             cached = target.is_dir()
             if not cached:
-                self._download_all(objects, base, target, f"{self.url.rstrip('/')}/{version}")
+                self._download_all(now, base, target, f"{self.url.rstrip('/')}/{version}")
+            else:  # weights an earlier fetch left in the bucket are needed now (no blobs)
+                self.fill(target, {relative_key(o.key, base): o for o in now})
         except BaseException:
             FOLDERS.release(target)
             raise
-        BLOBS.offer(target, self, blobs)
+        LAZY.offer(target, self, blobs, later)
         log.info(
             "model version ready",
             extra={
                 "url": self.url,
                 "version": version,
-                "files": len(objects),
-                "bytes": size,
+                "files": len(now),
+                "bytes": sum(o.size for o in now),
+                "left_in_bucket": len(later),
                 "seconds": round(time.perf_counter() - started, 3),
                 "cached": cached,
                 "path": str(target),
@@ -187,11 +205,18 @@ class RemoteRepository:
     def release(self, folder: Path) -> None:
         FOLDERS.release(folder)
         if not FOLDERS.holds(folder):
-            BLOBS.forget(folder)
+            LAZY.forget(folder)
 
-    def download_blob(self, obj: RemoteObject, dest: Path) -> None:
-        """One compiled blob into dest (atomic: a temp file beside it, renamed when complete);
-        any failure is a StorageError, so the load compiles instead."""
+    def fill(self, folder: Path, files: dict[str, RemoteObject]) -> None:
+        """Download into `folder` (relative path -> object) those not there yet, in parallel."""
+        missing = [(o, folder / rel) for rel, o in files.items() if not (folder / rel).is_file()]
+        if missing:
+            with ThreadPoolExecutor(min(MAX_WORKERS, len(missing))) as pool:
+                list(pool.map(lambda job: self.place(*job), missing))
+
+    def place(self, obj: RemoteObject, dest: Path) -> None:
+        """One object into dest (atomic: a temp file beside it, renamed when complete); any
+        failure is a StorageError."""
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
             handle, temp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
@@ -218,7 +243,7 @@ class RemoteRepository:
             total = sum(o.size for o in objects)
             with (
                 Progress(label, tmp, total),
-                ThreadPoolExecutor(min(MAX_WORKERS, len(jobs))) as pool,
+                ThreadPoolExecutor(max(1, min(MAX_WORKERS, len(jobs)))) as pool,
             ):
                 # list() re-raises the first failure; the pool waits for the rest before exit
                 list(pool.map(lambda job: self._download_one(*job), jobs))
@@ -325,57 +350,115 @@ class Folders:
             log.info("removed cached version folder", extra={"path": str(folder)})
 
 
-class Blobs:
-    """The compiled blobs listed next to each downloaded version folder, downloaded one at a
-    time when a load asks for its key (core.compiled_cache.find) into <folder>/.ov-compiled/."""
+@dataclass
+class _Left:
+    repository: RemoteRepository
+    blobs: dict[str, RemoteObject]  # file name -> object
+    weights: dict[str, RemoteObject]  # path relative to the folder -> object
+
+
+class LazyFiles:
+    """What each downloaded version folder left in the bucket, downloaded only when a load
+    needs it: its compiled blobs, one at a time by key (core.compiled_cache.find, into
+    <folder>/.ov-compiled/), and its big weight files, by a load that compiles (complete);
+    until then the blob key reads samples of them (read)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._downloads: dict[Path, threading.Lock] = {}  # one download per blob file at once
-        self._listed: dict[Path, tuple[RemoteRepository, dict[str, RemoteObject]]] = {}
+        self._downloads: dict[Path, threading.Lock] = {}  # one download per file at once
+        self._left: dict[Path, _Left] = {}
 
     def offer(self, folder: Path, repository: RemoteRepository,
-              blobs: dict[str, RemoteObject]) -> None:
+              blobs: dict[str, RemoteObject], weights: dict[str, RemoteObject]) -> None:
         with self._lock:
-            if blobs:
-                self._listed[folder] = (repository, blobs)
+            if blobs or weights:
+                self._left[folder] = _Left(repository, blobs, weights)
             else:
-                self._listed.pop(folder, None)
+                self._left.pop(folder, None)
 
     def forget(self, folder: Path) -> None:
         with self._lock:
-            self._listed.pop(folder, None)
-            for dest in [d for d in self._downloads if d.parent.parent == folder]:
+            self._left.pop(folder, None)
+            for dest in [d for d in self._downloads if d.is_relative_to(folder)]:
                 del self._downloads[dest]
 
-    def fetch(self, folder: Path, name: str) -> Path | None:
+    def blob(self, folder: Path, name: str) -> Path | None:
         """<folder>/.ov-compiled/<name>, downloaded if the bucket lists it; None when it does
         not, or the download fails (logged: the load compiles instead)."""
-        with self._lock:
-            repository, blobs = self._listed.get(folder, (None, {}))
-        obj = blobs.get(name)
-        if repository is None or obj is None:
+        left = self._get(folder)
+        obj = left.blobs.get(name) if left else None
+        if left is None or obj is None:
             return None
         dest = folder / BLOB_FOLDER / name
         started = time.perf_counter()
-        with self._lock:
-            download_lock = self._downloads.setdefault(dest, threading.Lock())
-        with download_lock:
-            cached = dest.is_file()
-            if not cached:
-                try:
-                    repository.download_blob(obj, dest)
-                except StorageError as exc:
-                    log.warning("Compiled blob not downloaded, compiling instead: %s",
-                                exc.message)
-                    return None
+        try:
+            cached = self._place(left.repository, obj, dest)
+        except StorageError as exc:
+            log.warning("Compiled blob not downloaded, compiling instead: %s", exc.message)
+            return None
         log.info("compiled blob ready", extra={
-            "url": repository.url, "bytes": obj.size, "path": str(dest), "cached": cached,
+            "url": left.repository.url, "bytes": obj.size, "path": str(dest), "cached": cached,
             "seconds": round(time.perf_counter() - started, 3)})
         return dest
 
+    def weights(self, folder: Path) -> dict[str, int]:
+        """The weight files still in the bucket: relative path -> size."""
+        left = self._get(folder)
+        if left is None:
+            return {}
+        return {rel: o.size for rel, o in left.weights.items() if not (folder / rel).is_file()}
 
-BLOBS = Blobs()
+    def read(self, folder: Path, rel: str, spans: list[tuple[int, int]]) -> list[bytes]:
+        """(start, length) spans of one weight file still in the bucket, read in parallel."""
+        left = self._get(folder)
+        if left is None or rel not in left.weights:
+            raise StorageError(f"{rel} is not a weight file left in the bucket for {folder}")
+        obj, backend = left.weights[rel], left.repository.backend
+        started = time.perf_counter()
+        with ThreadPoolExecutor(min(SAMPLE_WORKERS, max(len(spans), 1))) as pool:
+            chunks = list(pool.map(lambda span: backend.read(obj.key, *span), spans))
+        if [len(c) for c in chunks] != [length for _, length in spans]:
+            raise StorageError(f"{obj.key} changed while its samples were read")
+        log.info("weight samples read", extra={
+            "url": left.repository.url, "bytes": sum(map(len, chunks)), "reads": len(spans),
+            "cached": False, "seconds": round(time.perf_counter() - started, 3)})
+        return chunks
+
+    def complete(self, folder: Path) -> None:
+        """Download the weight files still in the bucket (a load is about to compile)."""
+        left = self._get(folder)
+        if left is None:
+            return
+        missing = {rel: o for rel, o in left.weights.items() if not (folder / rel).is_file()}
+        if not missing:
+            return
+        started = time.perf_counter()
+        total = sum(o.size for o in missing.values())
+        with (Progress(left.repository.url, folder, total),
+              ThreadPoolExecutor(min(MAX_WORKERS, len(missing))) as pool):
+            list(pool.map(lambda item: self._place(left.repository, item[1], folder / item[0]),
+                          missing.items()))
+        log.info("model weights ready", extra={
+            "url": left.repository.url, "files": len(missing), "bytes": total,
+            "path": str(folder), "cached": False,
+            "seconds": round(time.perf_counter() - started, 3)})
+
+    def _get(self, folder: Path) -> _Left | None:
+        with self._lock:
+            return self._left.get(folder)
+
+    def _place(self, repository: RemoteRepository, obj: RemoteObject, dest: Path) -> bool:
+        """Download obj to dest unless it is there; True when it was (cached)."""
+        with self._lock:
+            lock = self._downloads.setdefault(dest, threading.Lock())
+        with lock:
+            if dest.is_file():
+                return True
+            repository.place(obj, dest)
+            return False
+
+
+LAZY = LazyFiles()
 
 
 def _lock_file(folder: Path) -> Path:

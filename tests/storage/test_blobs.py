@@ -1,18 +1,22 @@
 """Compiled blobs stored next to a version in a bucket (s3 / gs / az on real emulators): a new
-instance downloads the model's files and only the blob with its own key, imports it instead of
-compiling, and a blob added later does not make the version look changed."""
+instance downloads the model's graph and only the blob with its own key, imports it instead of
+compiling, and leaves the weights in the bucket unless it has to compile; a blob added later
+does not make the version look changed."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from core import compiled_cache
 from core.api import App
 from core.config import Settings
 from core.model import ModelVersion
-from core.storage import BLOB_FOLDER, open_repository
+from core.storage import BLOB_FOLDER, open_repository, remote
 from tests.storage.helpers import Store
-from tests.storage.serving import predict, put_scaler, scaled, start_app
+from tests.storage.serving import call, predict, put_scaler, scaled, start_app
 
 PREFIX = "repo/scaler"
 
@@ -25,6 +29,20 @@ def _settings(store: Store, cache_dir: Path, lazy_load: bool = False) -> Setting
 def _only_version(app: App) -> ModelVersion:
     (version,) = app.manager.models["scaler"].versions.values()
     return version
+
+
+def _upload_blob(store: Store, version: ModelVersion, export: Path) -> str:
+    """Export what `version` compiled into the bucket, as export_manager's docs say; its key."""
+    blob = compiled_cache.write(version._compiled, version.blob_key, export)
+    key = f"{PREFIX}/1/{BLOB_FOLDER}/{blob.name}"
+    store.put(key, blob.read_bytes())
+    return key
+
+
+@pytest.fixture
+def big_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every weight file counts as big enough to leave in the bucket (the scaler's are tiny)."""
+    monkeypatch.setattr(remote, "DEFER_MIN_BYTES", 1)
 
 
 def test_only_the_blob_with_this_hosts_key_is_downloaded_and_imported(
@@ -81,3 +99,67 @@ def test_a_blob_gone_from_the_bucket_by_the_load_falls_back_to_a_compile(
     store.delete(key)
     assert predict(app, version=1) == (200, scaled(1))
     assert _only_version(app).timings["blob_hit"] == 0.0
+
+
+def test_with_a_matching_blob_the_weights_stay_in_the_bucket(
+        store: Store, tmp_path: Path, big_weights: None) -> None:
+    """The key samples the weights with ranged reads (1 MiB: 64 spans) to the same name the
+    instance that compiled gave its blob from the files on its disk."""
+    put_scaler(store, PREFIX, 1)
+    store.put(f"{PREFIX}/1/variables/data", os.urandom(1 << 20))
+    first = _only_version(start_app(_settings(store, tmp_path / "first")))
+    assert (first.folder / "model.bin").is_file()  # no blobs listed: everything downloaded
+    _upload_blob(store, first, tmp_path / "export")
+
+    app = start_app(_settings(store, tmp_path / "second"))
+    second = _only_version(app)
+    assert second.timings["blob_hit"] == 1.0
+    assert not (second.folder / "model.bin").exists()
+    assert not (second.folder / "variables").exists()
+    assert second.inputs == first.inputs and second.outputs == first.outputs
+    assert predict(app, version=1) == (200, scaled(1))
+
+
+def test_without_a_matching_blob_the_weights_are_downloaded_to_compile(
+        store: Store, tmp_path: Path, big_weights: None) -> None:
+    put_scaler(store, PREFIX, 1)
+    store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{'0' * 32}.blob", b"another CPU's blob" * 1000)
+    app = start_app(_settings(store, tmp_path / "cache"))
+    version = _only_version(app)
+    assert version.timings["blob_hit"] == 0.0
+    assert (version.folder / "model.bin").is_file()
+    assert predict(app, version=1) == (200, scaled(1))
+
+
+def test_a_cached_folder_left_without_weights_gets_them_once_the_blob_is_gone(
+        store: Store, tmp_path: Path, big_weights: None) -> None:
+    """Another instance on the same cache volume served the folder from a blob; with the blob
+    gone from the bucket and from the folder, this one downloads the weights and compiles."""
+    put_scaler(store, PREFIX, 1)
+    first = _only_version(start_app(_settings(store, tmp_path / "first")))
+    key = _upload_blob(store, first, tmp_path / "export")
+    shared = tmp_path / "shared"
+    served = _only_version(start_app(_settings(store, shared)))
+    assert served.timings["blob_hit"] == 1.0 and not (served.folder / "model.bin").exists()
+    store.delete(key)
+    (served.folder / BLOB_FOLDER / key.rsplit("/", 1)[1]).unlink()
+
+    app = start_app(_settings(store, shared))
+    version = _only_version(app)
+    assert version.folder == served.folder
+    assert version.timings["blob_hit"] == 0.0
+    assert predict(app, version=1) == (200, scaled(1))
+
+
+def test_weights_gone_from_the_bucket_before_the_load_fail_it_clearly(
+        store: Store, tmp_path: Path, big_weights: None) -> None:
+    """Listed at the fetch, deleted before the (lazy) load: the key cannot sample them and the
+    compile cannot download them; the version reports why and the server keeps answering."""
+    put_scaler(store, PREFIX, 1)
+    first = _only_version(start_app(_settings(store, tmp_path / "first")))
+    _upload_blob(store, first, tmp_path / "export")
+    app = start_app(_settings(store, tmp_path / "second", lazy_load=True))
+    store.delete(f"{PREFIX}/1/model.bin")
+    status, error = predict(app, version=1)
+    assert status != 200 and "model.bin" in error, (status, error)
+    assert call(app, "GET", "/v2/health/live")[0] == 200
