@@ -118,10 +118,9 @@ class AzureBackend:
         with _errors(f"Cannot download {self._url(obj.key)}", self.bucket), dest.open("wb") as f:
             self.container.download_blob(obj.key, max_concurrency=4).readinto(f)
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        span = {} if length is None else {"offset": start, "length": length}
+    def read(self, key: str) -> bytes:
         with _errors(f"Cannot read {self._url(key)}", self.bucket):
-            data: bytes = self.container.download_blob(key, **span).readall()
+            data: bytes = self.container.download_blob(key).readall()
             return data
 
 

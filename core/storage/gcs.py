@@ -112,11 +112,10 @@ class GcsBackend:
             blob = self.client.bucket(self.bucket).blob(obj.key)
             blob.download_to_filename(str(dest), timeout=TIMEOUT, retry=_retry())
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        span = {} if length is None else {"start": start, "end": start + length - 1}  # inclusive
+    def read(self, key: str) -> bytes:
         with _errors(f"Cannot read {self._url(key)}", self.bucket):
             blob = self.client.bucket(self.bucket).blob(key)
-            data: bytes = blob.download_as_bytes(timeout=TIMEOUT, retry=_retry(), **span)
+            data: bytes = blob.download_as_bytes(timeout=TIMEOUT, retry=_retry())
             return data
 
 

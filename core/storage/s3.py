@@ -151,11 +151,9 @@ class S3Backend:
         with _errors(f"Cannot download {self._url(obj.key)}", self.bucket):
             self.client.download_file(self.bucket, obj.key, str(dest), Config=config)
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        extra = {} if length is None else {"Range": f"bytes={start}-{start + length - 1}"}
+    def read(self, key: str) -> bytes:
         with _errors(f"Cannot read {self._url(key)}", self.bucket):
-            response = self.client.get_object(Bucket=self.bucket, Key=key, **extra)
-            body: bytes = response["Body"].read()
+            body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
             return body
 
 

@@ -40,6 +40,19 @@ def _slow_body(batch: int = 16) -> tuple[bytes, dict[str, str]]:
         np.full((batch, 256, 256), 0.5, np.float32).tobytes())
 
 
+def _timed_slow_body(url: str) -> tuple[bytes, dict[str, str], float]:
+    """A `slow` request sized to take ~0.8 s on this machine (less under the 64 MB body
+    limit), so that a test can act while it runs; with its time alone."""
+    batch, single = 48, 0.0
+    for _ in range(2):
+        body, headers = _slow_body(batch)
+        started = time.monotonic()
+        assert requests.post(url, data=body, headers=headers, timeout=60).status_code == 200
+        single = time.monotonic() - started
+        batch = min(224, max(batch, int(batch * 0.8 / single)))
+    return body, headers, single
+
+
 @pytest.fixture
 def private(tmp_path: Path) -> Iterator[tuple[Path, RunningServer]]:
     """A fresh repository the test may damage, served without polling (reload on request)."""
@@ -99,11 +112,8 @@ def test_sigterm_finishes_in_flight_requests(tmp_path: Path) -> None:
     grace = 10.0
     server = RunningServer(root / "config.json", tmp_path,
                            ("--log_level", "WARNING", "--shutdown_grace_seconds", str(grace)))
-    body, headers = _slow_body(48)
     url = server.url + "/v2/models/slow/infer"
-    started = time.monotonic()
-    assert requests.post(url, data=body, headers=headers, timeout=60).status_code == 200
-    single = time.monotonic() - started
+    body, headers, single = _timed_slow_body(url)
     results: list[int | str] = []
     finished: list[float] = []
     in_flight = threading.Semaphore(0)
@@ -147,11 +157,8 @@ def test_sigterm_drains_grpc_beside_rest(tmp_path: Path) -> None:
     server = RunningServer(root / "config.json", tmp_path,
                            ("--port", str(port), "--grpc_bind_address", "127.0.0.1",
                             "--shutdown_grace_seconds", "20"))
-    body, headers = _slow_body(48)
     url = server.url + "/v2/models/slow/infer"
-    started = time.monotonic()
-    assert requests.post(url, data=body, headers=headers, timeout=60).status_code == 200
-    single = time.monotonic() - started
+    body, headers, single = _timed_slow_body(url)
     rest: list[int] = []
     caller = threading.Thread(target=lambda: rest.append(
         requests.post(url, data=body, headers=headers, timeout=60).status_code))
