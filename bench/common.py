@@ -39,6 +39,19 @@ def base_env(**extra: str) -> dict[str, str]:
 
 
 @contextmanager
+def environ(extra: dict[str, str], drop: tuple[str, ...] = ()) -> Iterator[None]:
+    """This process's environment with `drop` removed and `extra` set, restored on exit."""
+    saved = {name: os.environ.pop(name) for name in (*drop, *extra) if name in os.environ}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for name in extra:
+            os.environ.pop(name, None)
+        os.environ.update(saved)
+
+
+@contextmanager
 def process(cmd: list[str], env: dict[str, str], ready: Callable[[], bool],
             timeout: float = 120, log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """Run `cmd` until `ready()` answers True; terminate it (and wait) on exit."""

@@ -31,7 +31,17 @@ import numpy as np
 import openvino as ov
 
 from bench import cases, cold, floor, peer, warm
-from bench.common import REPO, base_env, free_port, http_ok, ov_serve_cmd, process, save, workdir
+from bench.common import (
+    REPO,
+    base_env,
+    environ,
+    free_port,
+    http_ok,
+    ov_serve_cmd,
+    process,
+    save,
+    workdir,
+)
 from bench.models import resnet50_like
 from demo.models import classifier
 
@@ -167,9 +177,10 @@ def _serve(doc: dict[str, Any], label: str, hint: str, factories: dict[str, case
           flush=True)
 
 
-def s3_upload(model_dir: Path, model: str, blob: Path) -> tuple[Any, dict[str, Any]]:
-    """Start moto and upload the model version twice: as is under `<model>/`, and with the
-    compiled blob next to it under `<model>-blob/`; (emulator, the s3 dict cold.run takes)."""
+def s3_upload(root: Path, model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
+    """Start moto and upload the model version twice: as is under `<model>/`, and with a
+    compiled blob next to it under `<model>-blob/`, exported from a manager serving that
+    bucket path (as deploy.md says); (emulator, the s3 dict cold.run takes)."""
     import boto3
 
     from tests.emulators import MotoS3
@@ -185,20 +196,22 @@ def s3_upload(model_dir: Path, model: str, blob: Path) -> tuple[Any, dict[str, A
             keys.append(f"{model}/1/{name}")
             client.upload_file(str(path), "models", keys[-1])
             client.upload_file(str(path), "models", f"{model}-blob/1/{name}")
+    with environ(emulator.env):
+        blob = make_blob(root / "s3", model, f"s3://models/{model}-blob")
     client.upload_file(str(blob), "models", f"{model}-blob/1/.ov-compiled/{blob.name}")
     return emulator, {"bucket": "models", "keys": keys, "url": f"s3://models/{model}",
                       "env": emulator.env, "variants": {"Lambda, S3 + blob in bucket": {
                           "OVS_MODEL_PATH": f"s3://models/{model}-blob"}}}
 
 
-def make_blob(root: Path, model: str, model_dir: Path) -> Path:
+def make_blob(root: Path, model: str, model_path: str) -> Path:
     """The compiled blob a Lambda (LATENCY, one request at a time) would import, made the
     documented way (core.compiled_cache.export_manager), into root/blobs."""
     from core.compiled_cache import export_manager
     from core.config import Settings
     from core.manager import ModelManager
 
-    settings = Settings(model_name=model, model_path=str(model_dir),
+    settings = Settings(model_name=model, model_path=model_path,
                         cache_dir=str(root / "blob-cache"))
     (blob,) = export_manager(ModelManager.start(settings), root / "blobs")
     return blob
@@ -231,12 +244,12 @@ def run_cold(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload
     repeat = 1 if args.quick else args.repeat
     emulator = None
     s3 = None
-    blob = make_blob(root, model, model_dir)
+    blob = make_blob(root, model, str(model_dir))
     baked = {"OVS_COMPILED_CACHE": str(blob.parent)}
     variants = {"Lambda, baked blob": baked,
                 "Lambda, openvino with ovc": {"OVS_IMPORT_OVC": "1"}}
     if args.s3:
-        emulator, s3 = s3_upload(model_dir, model, blob)
+        emulator, s3 = s3_upload(root, model_dir, model)
     try:
         return {"model": model, **cold.run(root / "cold", model, model_dir, files[model],
                                            inputs[model].x, repeat, s3,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 import statistics
 import sys
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from bench.common import save  # noqa: E402
+from bench.common import environ, save  # noqa: E402
 from core.config import Settings  # noqa: E402
 from core.manager import ModelManager  # noqa: E402
 from core.storage import open_repository  # noqa: E402
@@ -123,17 +122,13 @@ def bench_local(files: dict[str, bytes], repeat: int) -> dict[str, Any]:
 
 def bench_remote(scheme: str, files: dict[str, bytes], repeat: int) -> dict[str, Any]:
     emulator = EMULATORS[scheme]().start()
-    saved = {name: os.environ.pop(name) for name in _FOREIGN_ENV if name in os.environ}
-    os.environ.update(emulator.env)
     try:
-        store = STORES[scheme](emulator).create()
-        for name, data in files.items():
-            store.put(f"model/1/{name}", data)
-        return bench_backend(store.url("model"), repeat)
+        with environ(emulator.env, drop=_FOREIGN_ENV):
+            store = STORES[scheme](emulator).create()
+            for name, data in files.items():
+                store.put(f"model/1/{name}", data)
+            return bench_backend(store.url("model"), repeat)
     finally:
-        for name in emulator.env:
-            os.environ.pop(name, None)
-        os.environ.update(saved)
         emulator.close()
 
 

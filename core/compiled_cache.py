@@ -8,15 +8,19 @@ ISA flags (Lambda and Cloud Run CPUs vary), the compile properties, the model co
 that change the graph (shape, batch_size, layout, stateful transformation), and the version's
 files, recursively: graph files (.xml, .onnx, ...) in full, weight files by size and 64
 samples of 4 KiB spread across them (reading 100 MB to hash it would cost more than the
-compile saves).
+compile saves). Weight files of a version fetched from a bucket are keyed by their listed size
+and tag (ETag / generation, which change whenever the content does) instead, read or not: a
+load that imports a blob never downloads them. Export blobs for a bucket's models from a server
+that serves them from that bucket (export_manager), so that the keys agree.
 
 Lookup order (first hit wins; a blob that fails to import falls back to a compile):
   1. OVS_COMPILED_CACHE: folders, ':'-separated, e.g. a read-only folder baked into the image
   2. `<version folder>/.ov-compiled/`: blobs shipped in a local repository
   3. `<cache_dir>/blobs/`: written by this host after a compile (concurrent hosts only, in a
      background thread after the version is serving, so a cold start never waits for it)
-  4. `<version>/.ov-compiled/` in the bucket: a version's download leaves its blobs out, and
-     only the one with this host's key is downloaded, now (core.storage.remote.Blobs)
+  4. `<version>/.ov-compiled/` in the bucket: a version's download leaves its blobs (and its
+     weights) out, and only the one with this host's key is downloaded, now
+     (core.storage.remote.LAZY); the weights follow only if no blob imports
 Import reads the blob through a copy-on-write memory map (no read into Python bytes).
 
 Measured on the 2-core bench machine (bench/run.py), OpenVINO 2026.4, ResNet-50-sized FP16
@@ -38,7 +42,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -115,8 +119,6 @@ def _cpu_flags() -> str:
 
 def key(core: ov.Core, device: str, folder: Path, properties: dict[str, Any],
         model_options: Iterable[object]) -> str:
-    """The blob name; a weight file still in the bucket is sampled with ranged reads, to the
-    same key (raises StorageError when they fail)."""
     digest = hashlib.blake2b(digest_size=16)
     digest.update(_device_id(core, device).encode())
     for name, value in sorted(properties.items()):
@@ -125,14 +127,16 @@ def key(core: ov.Core, device: str, folder: Path, properties: dict[str, Any],
     for option in model_options:
         digest.update(f"\0{option!r}".encode())
     local = {p.relative_to(folder).as_posix(): p for p in _model_files(folder)}
-    remote = remote_storage.LAZY.weights(folder)
-    for rel in sorted(local.keys() | remote.keys(), key=lambda r: r.split("/")):
-        path = local.get(rel)
-        size = path.stat().st_size if path else remote[rel]
-        spans = _spans(size, whole=PurePosixPath(rel).suffix in GRAPH_SUFFIXES)
+    listed = remote_storage.LAZY.tags(folder)  # weight files of a bucket's version
+    for rel in sorted(local.keys() | listed.keys(), key=lambda r: r.split("/")):
+        if rel in listed:  # the tag changes whenever the content does; the file may be unread
+            size, tag = listed[rel]
+            digest.update(f"\0{rel}\0{size}\0{tag}".encode())
+            continue
+        path = local[rel]
+        size = path.stat().st_size
         digest.update(f"\0{rel}\0{size}".encode())
-        for chunk in (_read(path, spans) if path else
-                      remote_storage.LAZY.read(folder, rel, spans)):
+        for chunk in _read(path, _spans(size, whole=path.suffix in GRAPH_SUFFIXES)):
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -242,7 +246,7 @@ def export_manager(manager: Any, folder: Path) -> list[Path]:
     """Blobs of every AVAILABLE model version a ModelManager serves, into `folder`:
 
         python -c "from core.config import Settings; from core.manager import ModelManager
-        from core.compiled_cache import export_manager; from pathlib import Path, PurePosixPath
+        from core.compiled_cache import export_manager; from pathlib import Path
         export_manager(ModelManager.start(Settings.from_env()), Path('/opt/ov-blobs'))"
 
     run with the same OVS_* settings (and OVS_CONCURRENT) as the server, on the same kind of

@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -50,11 +50,9 @@ MAX_WORKERS = 8
 # A download this big (a version's files together) reports progress while it runs.
 PROGRESS_MIN_BYTES = 50 << 20
 PROGRESS_INTERVAL_S = 2.0
-# With compiled blobs listed, weight files this big are downloaded only by a load that compiles;
-# the blob key reads samples of them with ranged reads instead (SAMPLE_WORKERS at once), which
-# on a cloud store costs about what downloading a few MB does.
+# With compiled blobs listed, weight files this big are downloaded only by a load that compiles
+# (smaller ones cost less to download with the graph than as a second round trip).
 DEFER_MIN_BYTES = 4 << 20
-SAMPLE_WORKERS = 16
 
 
 @dataclass(frozen=True)
@@ -76,9 +74,7 @@ class Backend(Protocol):
 
     def download(self, obj: RemoteObject, dest: Path) -> None: ...
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        """The object's bytes, or `length` of them from `start` (a ranged read)."""
-        ...
+    def read(self, key: str) -> bytes: ...
 
 
 def split_url(url: str, schemes: Iterable[str]) -> tuple[str, str]:
@@ -186,7 +182,7 @@ class RemoteRepository:
         except BaseException:
             FOLDERS.release(target)
             raise
-        LAZY.offer(target, self, blobs, later)
+        LAZY.offer(target, self, {relative_key(o.key, base): o for o in objects}, blobs, later)
         log.info(
             "model version ready",
             extra={
@@ -204,8 +200,7 @@ class RemoteRepository:
 
     def release(self, folder: Path) -> None:
         FOLDERS.release(folder)
-        if not FOLDERS.holds(folder):
-            LAZY.forget(folder)
+        LAZY.forget(folder, unless=FOLDERS.holds)
 
     def fill(self, folder: Path, files: dict[str, RemoteObject]) -> None:
         """Download into `folder` (relative path -> object) those not there yet, in parallel."""
@@ -351,101 +346,90 @@ class Folders:
 
 
 @dataclass
-class _Left:
+class _Listed:
     repository: RemoteRepository
-    blobs: dict[str, RemoteObject]  # file name -> object
-    weights: dict[str, RemoteObject]  # path relative to the folder -> object
+    files: dict[str, RemoteObject]  # the model's files, by path relative to the folder
+    blobs: dict[str, RemoteObject]  # compiled blobs, by file name
+    weights: dict[str, RemoteObject]  # files left in the bucket until a load compiles
 
 
 class LazyFiles:
-    """What each downloaded version folder left in the bucket, downloaded only when a load
-    needs it: its compiled blobs, one at a time by key (core.compiled_cache.find, into
-    <folder>/.ov-compiled/), and its big weight files, by a load that compiles (complete);
-    until then the blob key reads samples of them (read)."""
+    """What the bucket listed for each downloaded version folder, and what the folder left
+    there, downloaded only when a load needs it: its compiled blobs, one at a time by key
+    (core.compiled_cache.find, into <folder>/.ov-compiled/), and its big weight files, by a
+    load that compiles (complete). The blob key names weight files by their listed tags
+    (tags), so it needs none of them on disk."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._downloads: dict[Path, threading.Lock] = {}  # one download per file at once
-        self._left: dict[Path, _Left] = {}
+        self._listed: dict[Path, _Listed] = {}
 
-    def offer(self, folder: Path, repository: RemoteRepository,
+    def offer(self, folder: Path, repository: RemoteRepository, files: dict[str, RemoteObject],
               blobs: dict[str, RemoteObject], weights: dict[str, RemoteObject]) -> None:
         with self._lock:
-            if blobs or weights:
-                self._left[folder] = _Left(repository, blobs, weights)
-            else:
-                self._left.pop(folder, None)
+            self._listed[folder] = _Listed(repository, files, blobs, weights)
 
-    def forget(self, folder: Path) -> None:
+    def forget(self, folder: Path, unless: Callable[[Path], bool]) -> None:
+        """Drop the folder's listing unless `unless(folder)` (another fetch holds it): checked
+        under the lock an offer takes, so a fetch that acquires the folder just now keeps it."""
         with self._lock:
-            self._left.pop(folder, None)
+            if unless(folder):
+                return
+            self._listed.pop(folder, None)
             for dest in [d for d in self._downloads if d.is_relative_to(folder)]:
                 del self._downloads[dest]
 
     def blob(self, folder: Path, name: str) -> Path | None:
         """<folder>/.ov-compiled/<name>, downloaded if the bucket lists it; None when it does
         not, or the download fails (logged: the load compiles instead)."""
-        left = self._get(folder)
-        obj = left.blobs.get(name) if left else None
-        if left is None or obj is None:
+        listed = self._get(folder)
+        obj = listed.blobs.get(name) if listed else None
+        if listed is None or obj is None:
             return None
         dest = folder / BLOB_FOLDER / name
         started = time.perf_counter()
         try:
-            cached = self._place(left.repository, obj, dest)
+            cached = self._place(listed.repository, obj, dest)
         except StorageError as exc:
             log.warning("Compiled blob not downloaded, compiling instead: %s", exc.message)
             return None
         log.info("compiled blob ready", extra={
-            "url": left.repository.url, "bytes": obj.size, "path": str(dest), "cached": cached,
+            "url": listed.repository.url, "bytes": obj.size, "path": str(dest), "cached": cached,
             "seconds": round(time.perf_counter() - started, 3)})
         return dest
 
-    def weights(self, folder: Path) -> dict[str, int]:
-        """The weight files still in the bucket: relative path -> size."""
-        left = self._get(folder)
-        if left is None:
+    def tags(self, folder: Path) -> dict[str, tuple[int, str]]:
+        """The folder's weight files (not graph files) as listed: path -> (size, tag); empty
+        for a folder not fetched from a bucket."""
+        listed = self._get(folder)
+        if listed is None:
             return {}
-        return {rel: o.size for rel, o in left.weights.items() if not (folder / rel).is_file()}
-
-    def read(self, folder: Path, rel: str, spans: list[tuple[int, int]]) -> list[bytes]:
-        """(start, length) spans of one weight file still in the bucket, read in parallel."""
-        left = self._get(folder)
-        if left is None or rel not in left.weights:
-            raise StorageError(f"{rel} is not a weight file left in the bucket for {folder}")
-        obj, backend = left.weights[rel], left.repository.backend
-        started = time.perf_counter()
-        with ThreadPoolExecutor(min(SAMPLE_WORKERS, max(len(spans), 1))) as pool:
-            chunks = list(pool.map(lambda span: backend.read(obj.key, *span), spans))
-        if [len(c) for c in chunks] != [length for _, length in spans]:
-            raise StorageError(f"{obj.key} changed while its samples were read")
-        log.info("weight samples read", extra={
-            "url": left.repository.url, "bytes": sum(map(len, chunks)), "reads": len(spans),
-            "cached": False, "seconds": round(time.perf_counter() - started, 3)})
-        return chunks
+        return {rel: (o.size, o.tag) for rel, o in listed.files.items()
+                if PurePosixPath(rel).suffix not in GRAPH_SUFFIXES}
 
     def complete(self, folder: Path) -> None:
         """Download the weight files still in the bucket (a load is about to compile)."""
-        left = self._get(folder)
-        if left is None:
+        listed = self._get(folder)
+        if listed is None:
             return
-        missing = {rel: o for rel, o in left.weights.items() if not (folder / rel).is_file()}
+        missing = {rel: o for rel, o in listed.weights.items() if not (folder / rel).is_file()}
         if not missing:
             return
         started = time.perf_counter()
         total = sum(o.size for o in missing.values())
-        with (Progress(left.repository.url, folder, total),
+        with (Progress(listed.repository.url, folder, total),
               ThreadPoolExecutor(min(MAX_WORKERS, len(missing))) as pool):
-            list(pool.map(lambda item: self._place(left.repository, item[1], folder / item[0]),
+            list(pool.map(lambda item: self._place(listed.repository, item[1], folder / item[0]),
                           missing.items()))
         log.info("model weights ready", extra={
-            "url": left.repository.url, "files": len(missing), "bytes": total,
+            "url": listed.repository.url, "files": len(missing), "bytes": total,
             "path": str(folder), "cached": False,
             "seconds": round(time.perf_counter() - started, 3)})
 
-    def _get(self, folder: Path) -> _Left | None:
+    def _get(self, folder: Path) -> _Listed | None:
         with self._lock:
-            return self._left.get(folder)
+            return self._listed.get(folder)
 
     def _place(self, repository: RemoteRepository, obj: RemoteObject, dest: Path) -> bool:
         """Download obj to dest unless it is there; True when it was (cached)."""

@@ -103,8 +103,8 @@ def test_a_blob_gone_from_the_bucket_by_the_load_falls_back_to_a_compile(
 
 def test_with_a_matching_blob_the_weights_stay_in_the_bucket(
         store: Store, tmp_path: Path, big_weights: None) -> None:
-    """The key samples the weights with ranged reads (1 MiB: 64 spans) to the same name the
-    instance that compiled gave its blob from the files on its disk."""
+    """The key names the weights by their listed tags, so the instance that compiled them
+    and one that never downloads them agree on the blob's name."""
     put_scaler(store, PREFIX, 1)
     store.put(f"{PREFIX}/1/variables/data", os.urandom(1 << 20))
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
@@ -151,15 +151,27 @@ def test_a_cached_folder_left_without_weights_gets_them_once_the_blob_is_gone(
     assert predict(app, version=1) == (200, scaled(1))
 
 
-def test_weights_gone_from_the_bucket_before_the_load_fail_it_clearly(
+def test_weights_gone_from_the_bucket_before_a_compile_fail_the_load_clearly(
         store: Store, tmp_path: Path, big_weights: None) -> None:
-    """Listed at the fetch, deleted before the (lazy) load: the key cannot sample them and the
+    """Listed at the fetch, deleted before the (lazy) load, with no blob for this host: the
     compile cannot download them; the version reports why and the server keeps answering."""
+    put_scaler(store, PREFIX, 1)
+    store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{'0' * 32}.blob", b"another CPU's blob" * 1000)
+    app = start_app(_settings(store, tmp_path / "cache", lazy_load=True))
+    store.delete(f"{PREFIX}/1/model.bin")
+    status, error = predict(app, version=1)
+    assert status == 404 and error.endswith("/1/model.bin: object not found"), error
+    assert call(app, "GET", "/v2/health/live")[0] == 200
+
+
+def test_a_blob_made_for_replaced_weights_is_not_used(
+        store: Store, tmp_path: Path, big_weights: None) -> None:
+    """New weights of the same size under the same names: the old blob would answer with the
+    old model; the weights' new tags give the version a new key, so it compiles them."""
     put_scaler(store, PREFIX, 1)
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
     _upload_blob(store, first, tmp_path / "export")
-    app = start_app(_settings(store, tmp_path / "second", lazy_load=True))
-    store.delete(f"{PREFIX}/1/model.bin")
-    status, error = predict(app, version=1)
-    assert status != 200 and "model.bin" in error, (status, error)
-    assert call(app, "GET", "/v2/health/live")[0] == 200
+    put_scaler(store, PREFIX, 1, factor=3.0)
+    app = start_app(_settings(store, tmp_path / "second"))
+    assert _only_version(app).timings["blob_hit"] == 0.0
+    assert predict(app, version=1) == (200, scaled(3))

@@ -10,7 +10,6 @@ import pytest
 
 from core.errors import StorageError
 from core.storage import open_repository, read_file
-from core.storage.remote import RemoteRepository
 from tests.storage.helpers import Store, infer
 
 
@@ -183,13 +182,3 @@ def test_repository_at_the_bucket_root_and_deep_prefixes(store: Store, cache_dir
     deep = open_repository(store.url("a/b/c"), cache_dir)
     assert deep.fetch(3).parent == cache_dir / store.scheme / store.bucket / "a" / "b" / "c"
 
-
-def test_a_ranged_read_returns_exactly_those_bytes(store: Store, cache_dir: Path) -> None:
-    data = bytes(range(256)) * 64
-    store.put("model/1/model.bin", data)
-    repository = open_repository(store.url("model"), cache_dir)
-    assert isinstance(repository, RemoteRepository)
-    backend = repository.backend
-    assert backend.read("model/1/model.bin", 1000, 4096) == data[1000:5096]
-    assert backend.read("model/1/model.bin", 0, 1) == data[:1]
-    assert backend.read("model/1/model.bin") == data
