@@ -29,7 +29,7 @@ _ALIVE: list[Any] = []
 
 class _Downloads(logging.Handler):
     """Sums the `seconds` of core.storage.remote's downloads (a version's files, a blob, the
-    weights left in the bucket) and of the blob key's ranged reads."""
+    weights a version left in the bucket)."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -37,7 +37,7 @@ class _Downloads(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.getMessage() in ("model version ready", "compiled blob ready",
-                                   "model weights ready", "weight samples read") and \
+                                   "model weights ready") and \
                 not getattr(record, "cached", True):
             self.seconds += float(getattr(record, "seconds", 0.0))
 

@@ -170,26 +170,28 @@ class RemoteRepository:
         if not objects:
             raise StorageError(f"Version folder is missing: {self.url.rstrip('/')}/{version}")
         target = self.cache_root / f"{version}-{fingerprint(objects, base)}"
-        later = {relative_key(o.key, base): o for o in objects if blobs and can_wait(o)}
-        now = [o for o in objects if relative_key(o.key, base) not in later]
+        files = {relative_key(o.key, base): o for o in objects}
+        later = {rel: o for rel, o in files.items() if blobs and can_wait(o)}
+        now = {rel: o for rel, o in files.items() if rel not in later}
         FOLDERS.acquire(target)  # before the check: a release cannot delete it under us
         try:
             cached = target.is_dir()
             if not cached:
-                self._download_all(now, base, target, f"{self.url.rstrip('/')}/{version}")
+                self._download_all(list(now.values()), base, target,
+                                   f"{self.url.rstrip('/')}/{version}")
             else:  # weights an earlier fetch left in the bucket are needed now (no blobs)
-                self.fill(target, {relative_key(o.key, base): o for o in now})
+                self.fill(target, now)
         except BaseException:
             FOLDERS.release(target)
             raise
-        LAZY.offer(target, self, {relative_key(o.key, base): o for o in objects}, blobs, later)
+        LAZY.offer(target, self, files, blobs, later)
         log.info(
             "model version ready",
             extra={
                 "url": self.url,
                 "version": version,
                 "files": len(now),
-                "bytes": sum(o.size for o in now),
+                "bytes": sum(o.size for o in now.values()),
                 "left_in_bucket": len(later),
                 "seconds": round(time.perf_counter() - started, 3),
                 "cached": cached,
