@@ -17,7 +17,8 @@ Lookup order (first hit wins; a blob that fails to import falls back to a compil
   1. OVS_COMPILED_CACHE: folders, ':'-separated, e.g. a read-only folder baked into the image
   2. `<version folder>/.ov-compiled/`: blobs shipped in a local repository
   3. `<cache_dir>/blobs/`: written by this host after a compile (concurrent hosts only, in a
-     background thread after the version is serving, so a cold start never waits for it)
+     background thread after the version is serving, so a cold start never waits for it; not
+     on Cloud Run, where the whole filesystem is memory and each instance starts empty)
   4. `<version>/.ov-compiled/` in the bucket: a version's download leaves its blobs (and its
      weights) out, and only the one with this host's key is downloaded, now
      (core.storage.remote.LAZY); the weights follow only if no blob imports
@@ -64,14 +65,18 @@ class Profile:
 
     concurrent: bool = True  # many requests at once (serve, Cloud Run) vs one (Lambda)
     blob_dirs: tuple[str, ...] = ()  # read-only blob folders (OVS_COMPILED_CACHE)
+    export: bool = True  # write blobs to <cache_dir>/blobs after a compile (save_later)
 
 
 _profile = Profile()
 
 
-def configure(concurrent: bool, blob_dirs: Iterable[str] = ()) -> None:
+def configure(concurrent: bool, blob_dirs: Iterable[str] = (), export: bool | None = None
+              ) -> None:
+    """export None: on concurrent hosts (a one-request instance rarely lives to reuse one)."""
     global _profile
-    _profile = Profile(concurrent, tuple(d for d in blob_dirs if d))
+    _profile = Profile(concurrent, tuple(d for d in blob_dirs if d),
+                       concurrent if export is None else export)
 
 
 def profile() -> Profile:
@@ -202,7 +207,7 @@ def save_later(compiled: ov.CompiledModel, name: str, cache_dir: str,
     share the CPU with it, and runs at the lowest priority. It gives up if `cancelled()` says so
     by then (the version retired: its blob would only hold the compiled model in memory)."""
     folder = _local_dir(cache_dir)
-    if not folder or not _profile.concurrent:
+    if not folder or not _profile.export:
         return None
     target = Path(folder) / f"{name}.blob"
     if target.exists():

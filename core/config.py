@@ -100,6 +100,10 @@ class Settings:
     # are written back. `serve` sets it; OVS_CONCURRENT=0/1 overrides.
     concurrent: bool = False
     compiled_cache: tuple[str, ...] = ()  # read-only compiled-blob folders (OVS_COMPILED_CACHE)
+    # Write compiled blobs to <cache_dir>/blobs (OVS_EXPORT_BLOBS=0/1); None: when concurrent,
+    # except on Cloud Run (K_SERVICE), whose filesystem is memory: a blob there costs the
+    # instance its size in RAM and is gone with it.
+    export_blobs: bool | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -130,6 +134,7 @@ class Settings:
             log_level=env.get("OVS_LOG_LEVEL", "INFO").upper(),
             concurrent=env.get("OVS_CONCURRENT", "0").lower() in ("1", "true", "yes"),
             compiled_cache=tuple(p for p in env.get("OVS_COMPILED_CACHE", "").split(":") if p),
+            export_blobs=_export_blobs(env),
             limits=Limits(
                 max_tensor_elements=_env_int(env, "OVS_MAX_TENSOR_ELEMENTS",
                                              DEFAULT_LIMITS.max_tensor_elements),
@@ -165,6 +170,12 @@ class Settings:
 
 def _default_name(path: str) -> str:
     return posixpath.basename(path.rstrip("/")) or "model"
+
+
+def _export_blobs(env: Mapping[str, str]) -> bool | None:
+    if "OVS_EXPORT_BLOBS" in env:
+        return env["OVS_EXPORT_BLOBS"].lower() in ("1", "true", "yes")
+    return False if "K_SERVICE" in env else None
 
 
 def _env_int(env: Mapping[str, str], key: str, default: int = 0) -> int:

@@ -237,7 +237,8 @@ class ModelManager:
     def __init__(self, settings: Settings) -> None:
         from core import compiled_cache
 
-        compiled_cache.configure(settings.concurrent, settings.compiled_cache)
+        compiled_cache.configure(settings.concurrent, settings.compiled_cache,
+                                 settings.export_blobs)
         self.settings = settings
         self.models: dict[str, ServedModel] = {}
         self.pipelines: dict[str, ServedPipeline] = {}

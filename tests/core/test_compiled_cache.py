@@ -168,3 +168,25 @@ def test_settings_concurrent_and_blob_folders_from_env() -> None:
     assert not Settings.from_env({}).concurrent
     assert Settings.from_env({"OVS_CONCURRENT": "1"}).concurrent
     assert Settings.from_env({"OVS_COMPILED_CACHE": "/a:/b"}).compiled_cache == ("/a", "/b")
+
+
+@pytest.mark.parametrize(("env", "export"), [
+    ({"OVS_CONCURRENT": "1"}, True),
+    ({"OVS_CONCURRENT": "1", "K_SERVICE": "svc"}, False),  # Cloud Run: its disk is memory
+    ({"OVS_CONCURRENT": "1", "K_SERVICE": "svc", "OVS_EXPORT_BLOBS": "1"}, True),
+    ({"OVS_EXPORT_BLOBS": "0", "OVS_CONCURRENT": "1"}, False),
+])
+def test_which_hosts_write_blobs(tmp_path: Path, env: dict[str, str], export: bool) -> None:
+    from core.manager import ModelManager
+
+    save(scaler(3.0), tmp_path / "m" / "1")
+    settings = Settings.from_env({**env, "OVS_MODEL_NAME": "m",
+                                  "OVS_MODEL_PATH": str(tmp_path / "m"),
+                                  "OVS_CACHE_DIR": str(tmp_path / "cache")})
+    before = set(threading.enumerate())
+    manager = ModelManager.start(settings)
+    exports = [t for t in set(threading.enumerate()) - before if t.name.startswith("export-")]
+    assert len(exports) == int(export)
+    run(manager.models["m"].versions[1])
+    if export:
+        wait_for_blob(tmp_path / "cache")
