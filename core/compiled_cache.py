@@ -28,8 +28,8 @@ Measured on the 2-core bench machine (bench/run.py), OpenVINO 2026.4, ResNet-50-
 IR: compile 0.11 s, blob import 0.07 s. OpenVINO's own CACHE_DIR hit is as fast, but its
 populating run costs more than a plain compile on every new instance whose cache starts
 empty (every Lambda sandbox, every Cloud Run instance), so it is no longer set by default.
-A blob in the bucket replaces the weights' download (0.93x the minimal script's cold start
-against 0.87x when it compiles, from the S3 emulator): it pays where the compile takes longer
+A blob in the bucket replaces the weights' download (0.90-0.93x the minimal script's cold start
+against 0.85-0.87x when it compiles, from the S3 emulator): it pays where the compile takes longer
 than the blob's download; bake blobs into the image instead where possible.
 """
 
