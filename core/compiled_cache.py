@@ -41,7 +41,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,34 +137,29 @@ def key(core: ov.Core, device: str, folder: Path, properties: dict[str, Any],
         if rel in listed:  # the tag changes whenever the content does; the file may be unread
             size, tag = listed[rel]
             digest.update(f"\0{rel}\0{size}\0{tag}".encode())
-            continue
-        path = local[rel]
-        size = path.stat().st_size
-        digest.update(f"\0{rel}\0{size}".encode())
-        for chunk in _read(path, _spans(size, whole=path.suffix in GRAPH_SUFFIXES)):
-            digest.update(chunk)
+        else:
+            path = local[rel]
+            digest.update(f"\0{rel}\0{path.stat().st_size}".encode())
+            _sample(digest, path, whole=path.suffix in GRAPH_SUFFIXES)
     return digest.hexdigest()
 
 
 def _model_files(folder: Path) -> list[Path]:
     """Every file of the version (SavedModel variables/ too), not the blobs beside them."""
-    return [p for p in folder.rglob("*")
-            if p.is_file() and BLOB_FOLDER not in p.relative_to(folder).parts]
+    return sorted(p for p in folder.rglob("*")
+                  if p.is_file() and BLOB_FOLDER not in p.relative_to(folder).parts)
 
 
-def _spans(size: int, whole: bool) -> list[tuple[int, int]]:
-    """(start, length) read for a file's key: all of it, or SAMPLES spread across it."""
-    if whole or size <= SAMPLES * SAMPLE_BYTES:
-        return [(0, size)] if size else []
-    step = (size - SAMPLE_BYTES) // (SAMPLES - 1)
-    return [(index * step, SAMPLE_BYTES) for index in range(SAMPLES)]
-
-
-def _read(path: Path, spans: list[tuple[int, int]]) -> Iterator[bytes]:
+def _sample(digest: Any, path: Path, whole: bool) -> None:
+    size = path.stat().st_size
     with path.open("rb") as handle:
-        for start, length in spans:
-            handle.seek(start)
-            yield handle.read(length)
+        if whole or size <= SAMPLES * SAMPLE_BYTES:
+            digest.update(handle.read())
+            return
+        step = (size - SAMPLE_BYTES) // (SAMPLES - 1)
+        for index in range(SAMPLES):
+            handle.seek(index * step)
+            digest.update(handle.read(SAMPLE_BYTES))
 
 
 # -- blobs -------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import openvino as ov
 from core import metrics, tensors
 from core.batching import Batcher
 from core.config import BatchingConfig, ModelConfig
-from core.errors import ModelNotReadyError, PreconditionError, ServingError, StorageError
+from core.errors import ModelNotReadyError, PreconditionError, ServingError
 from core.shapes import ANY, Dim, Dims
 from core.signature import Inputs, TensorSpec, validate
 
@@ -193,20 +193,15 @@ class ModelVersion:
             self._start_batching(self.config.dynamic_batching)
 
     def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
-        """The compiled blob's key; "" when the config disallows blobs or the key's reads
-        fail (logged: the version compiles)."""
+        """The compiled blob's key; "" when the config disallows blobs."""
         from core import compiled_cache
 
         c = self.config
         if not c.allow_cache:
             return ""
-        try:
-            return compiled_cache.key(core, device, self.folder, properties, (
-                type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
-                c.low_latency_transformation))
-        except StorageError as exc:
-            log.warning("Compiled blob key not read, compiling instead: %s", exc.message)
-            return ""
+        return compiled_cache.key(core, device, self.folder, properties, (
+            type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
+            c.low_latency_transformation))
 
     def _read(self, path: Path, aliases: Any) -> ov.Model:
         """The model as config says to serve it: weights a bucket still holds are downloaded
@@ -268,13 +263,13 @@ class ModelVersion:
                                 lambda seconds: self._wait_metric.observe(seconds * 1e6),
                                 rows.observe)
 
-    def _describe(self, model: ov.CompiledModel, aliases: Any) -> None:
-        for port in model.inputs:
+    def _describe(self, compiled: ov.CompiledModel, aliases: Any) -> None:
+        for port in compiled.inputs:
             real = _port_name(port)
             served = aliases.inputs.get(real, real)
             self._input_ports[served] = real
             self.inputs[served] = _spec(served, port)
-        for port in model.outputs:
+        for port in compiled.outputs:
             real = _port_name(port)
             served = aliases.outputs.get(real, real)
             self._output_names.append(served)

@@ -174,7 +174,8 @@ def _slow_request(batch: int) -> predict_pb2.PredictRequest:
 
 
 def test_sigterm_drains_in_flight_calls(repo: Path, tmp_path: Path) -> None:
-    """10 calls of ~0.3 s each in flight on 2 workers; SIGTERM; all 10 answer, exit code 0."""
+    """10 calls of ~0.3 s each on 2 workers, some still queued; SIGTERM; all 10 answer, exit
+    code 0."""
     grace = 15.0
     server = Server.start(repo / "config.json", tmp_path, "--grpc_workers", "2",
                           "--shutdown_grace_seconds", str(grace), rest=False)
@@ -191,7 +192,10 @@ def test_sigterm_drains_in_flight_calls(repo: Path, tmp_path: Path) -> None:
             batch = int(min(256, max(1, 8 * 0.3 / min(took))))
             request = _slow_request(batch)
             burst = [stub.Predict.future(request, timeout=60) for _ in range(10)]
-            time.sleep(0.1)  # the burst reached the server: 2 running, the rest queued
+            # the burst reached the server and its handler thread took every call (one that
+            # it has not taken when the shutdown starts is cancelled): 2 running, some done,
+            # the rest queued (10 x 0.3 s on 2 workers)
+            time.sleep(0.5)
             assert not all(call.done() for call in burst)
             signalled = time.monotonic()
             server.proc.send_signal(signal.SIGTERM)
