@@ -4,19 +4,23 @@ gRPC APIs; START/END, server-assigned ids, and the OVMS sequence errors and stat
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
 
+from core import compiled_cache
 from core.api import App
 from core.codecs import tfs_grpc
+from core.config import Settings
+from core.manager import ModelManager
 from protos.gen.kserve import grpc_predict_v2_pb2 as kpb
 from protos.gen.kserve import grpc_predict_v2_pb2_grpc as kgrpc
 from protos.gen.tensorflow.core.framework import types_pb2
 from protos.gen.tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from tests.pipelines.helpers import call, doc, error, grpc_channel, tfs_columns
-from tests.stateful.conftest import tfs_body
+from tests.stateful.conftest import Repo, tfs_body
 
 START, END = 1, 2
 
@@ -181,3 +185,25 @@ def test_low_latency_transformation_loads_and_keeps_state(app: App) -> None:
     assert status["model_version_status"][0]["state"] == "AVAILABLE"
     tfs(app, "acc_low_latency", [1, 2, 3, 4], 901, START)
     assert tfs(app, "acc_low_latency", [1, 2, 3, 4], 901, END)[0] == [2, 4, 6, 8]
+
+
+def test_a_stateful_model_imported_from_its_compiled_blob_keeps_sequences(
+        app: App, stateful_repo: Repo, tmp_path: Path) -> None:
+    """Served from blobs (export_manager, then OVS_COMPILED_CACHE), with no model read: the
+    same signature, and each sequence still keeps its own state."""
+    blobs = tmp_path / "blobs"
+    assert len(compiled_cache.export_manager(app.manager, blobs)) == len(app.manager.models)
+    settings = Settings(config_path=str(stateful_repo.config), cache_dir=str(tmp_path / "cache"),
+                        compiled_cache=(str(blobs),))
+    again = App(ModelManager.start(settings), settings)
+    try:
+        for name, served in again.manager.models.items():
+            (version,) = served.versions.values()
+            assert version.timings["blob_hit"] == 1.0, name
+            original = app.manager.models[name].versions[1]
+            assert (version.inputs, version.outputs) == (original.inputs, original.outputs)
+        assert tfs(again, "acc_low_latency", [1, 2, 3, 4], 7, START) == ([1, 2, 3, 4], 7)
+        assert tfs(again, "acc_low_latency", [1, 1, 1, 1], 8, START) == ([1, 1, 1, 1], 8)
+        assert tfs(again, "acc_low_latency", [1, 1, 1, 1], 7, END) == ([2, 3, 4, 5], 7)
+    finally:
+        compiled_cache.configure(False)
