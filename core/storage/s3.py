@@ -1,8 +1,9 @@
-"""Amazon S3 (and MinIO, moto, any S3 API) through boto3; boto3 is imported only here, lazily.
+"""Amazon S3 (and MinIO, moto, any S3 API): core.storage.s3_rest where the environment holds
+credentials and region (Lambda), else boto3, imported only here, lazily.
 
 URLs: `s3://bucket/prefix` or, as OVMS accepts, `s3://host:port/bucket/prefix`.
-Credentials: boto3's default chain (AWS_* env, AWS_PROFILE, container/instance role); with
-none found, requests go unsigned (public buckets), as OVMS does.
+Credentials: AWS_* env (REST client), else boto3's default chain (AWS_PROFILE,
+container/instance role); with none found, requests go unsigned (public buckets), as OVMS does.
 Endpoint, first match wins: host:port in the URL, OVMS's `S3_ENDPOINT` (http:// assumed when
 it has no scheme), then boto3's own `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`. Any endpoint
 override switches to path-style addressing (MinIO and emulators need it).
@@ -17,28 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import StorageError
+from core.storage import s3_rest
 from core.storage.remote import (
     CONNECT_TIMEOUT_S,
     MAX_WORKERS,
     READ_TIMEOUT_S,
     RETRIES,
+    Backend,
     RemoteObject,
     RemoteRepository,
     object_key,
 )
 
 SCHEMES = ("s3",)
-_DENIED = {
-    "AccessDenied",
-    "403",
-    "Forbidden",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-    "AllAccessDisabled",
-}
-_MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
 def parse_url(url: str) -> tuple[str | None, str, str]:
@@ -66,8 +58,12 @@ def resolve_endpoint(from_url: str | None) -> tuple[str | None, bool]:
     ovms = os.environ.get("S3_ENDPOINT", "").strip()
     if ovms:
         return (ovms if "://" in ovms else f"http://{ovms}"), True
-    native = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    return None, bool(native)
+    return None, bool(native_endpoint())
+
+
+def native_endpoint() -> str | None:
+    """boto3's own endpoint variables (its client reads them by itself)."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
 def make_client(endpoint: str | None) -> Any:
@@ -101,16 +97,7 @@ def _errors(what: str, bucket: str = "") -> Iterator[None]:
         yield
     except ClientError as exc:
         err = exc.response.get("Error", {})
-        code = str(err.get("Code", "?"))
-        detail = err.get("Message") or code
-        if code == "NoSuchBucket":
-            cause = f"bucket '{bucket}' does not exist"
-        elif code in _DENIED:
-            cause = f"access denied ({code}): {detail}"
-        elif code in _MISSING:
-            cause = "object not found"
-        else:
-            cause = f"{code}: {detail}"
+        cause = s3_rest.describe(str(err.get("Code", "?")), err.get("Message") or "", bucket)
         raise StorageError(f"{what}: {cause}") from exc
     except (EndpointError, HTTPClientError) as exc:
         raise StorageError(f"{what}: cannot reach the S3 endpoint: {exc}") from exc
@@ -159,9 +146,18 @@ class S3Backend:
 
 def open_repository(url: str, cache_dir: Path) -> RemoteRepository:
     endpoint, bucket, prefix = parse_url(url)
-    return RemoteRepository(url, S3Backend(bucket, endpoint), prefix, cache_dir)
+    return RemoteRepository(url, backend(bucket, endpoint), prefix, cache_dir)
 
 
 def read_file(url: str) -> bytes:
     endpoint, bucket, key = parse_url(url)
-    return S3Backend(bucket, endpoint).read(object_key(key, url))
+    return backend(bucket, endpoint).read(object_key(key, url))
+
+
+def backend(bucket: str, endpoint: str | None) -> Backend:
+    """The REST client when s3_rest.choose() accepts the environment, else boto3's."""
+    endpoint_url = resolve_endpoint(endpoint)[0] or native_endpoint()
+    chosen = s3_rest.choose(endpoint_url)
+    if chosen is None:
+        return S3Backend(bucket, endpoint)
+    return s3_rest.S3RestBackend(bucket, endpoint_url, *chosen)

@@ -1,5 +1,5 @@
 """Fixtures: one real emulator per provider for the session, and a `store` that seeds a fresh
-bucket through the provider's real SDK, parametrized over s3 / gs / az.
+bucket through the provider's real SDK, parametrized over s3 (REST client and boto3) / gs / az.
 
 An emulator that cannot start fails the test with its command and log (never a skip).
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.emulators import EMULATORS, Emulator
-from tests.storage.helpers import STORES, Store, use_env
+from tests.storage.helpers import STORES, Store, use_store_env
 
 
 @pytest.fixture(scope="session")
@@ -33,9 +33,18 @@ def store(
     emulators: dict[str, Emulator],
     monkeypatch: pytest.MonkeyPatch,
 ) -> Store:
-    emulator = emulators[request.param]
-    use_env(monkeypatch, emulator)
-    return STORES[request.param](emulator).create()
+    return use_store_env(monkeypatch, emulators[STORES[request.param].scheme], request.param)
+
+
+@pytest.fixture(params=sorted(STORES))
+def own_store(request: pytest.FixtureRequest,
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    """A bucket on a private emulator the test may kill (the session one stays up)."""
+    emulator = EMULATORS[STORES[request.param].scheme]().start()
+    try:
+        yield use_store_env(monkeypatch, emulator, request.param)
+    finally:
+        emulator.close()
 
 
 @pytest.fixture

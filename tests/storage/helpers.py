@@ -56,9 +56,11 @@ def infer(folder: Path) -> np.ndarray:
 
 
 class Store:
-    """A fresh bucket on one emulator, written with the provider's own SDK."""
+    """A fresh bucket on one emulator, written with the provider's own SDK; `env` is what the
+    server under test runs with beyond the emulator's variables."""
 
     scheme = ""
+    env: dict[str, str] = {}
 
     def __init__(self, emulator: Emulator) -> None:
         self.emulator = emulator
@@ -100,6 +102,13 @@ class S3Store(Store):
         self.client.delete_object(Bucket=self.bucket, Key=key)
 
 
+class S3Boto3Store(S3Store):
+    """S3 read through boto3 (profiles, roles, proxies), not the REST client env credentials
+    pick."""
+
+    env = {"OVS_S3_CLIENT": "boto3"}
+
+
 class GcsStore(Store):
     scheme = "gs"
 
@@ -136,4 +145,19 @@ class AzureStore(Store):
 
 
 _AZ_CONN = "AZURE_STORAGE_CONNECTION_STRING"
-STORES: dict[str, type[Store]] = {"s3": S3Store, "gs": GcsStore, "az": AzureStore}
+STORES: dict[str, type[Store]] = {
+    "s3": S3Store, "s3-boto3": S3Boto3Store, "gs": GcsStore, "az": AzureStore,
+}
+
+
+def use_store_env(monkeypatch: pytest.MonkeyPatch, emulator: Emulator, name: str) -> Store:
+    """A fresh bucket of STORES[name] on `emulator`, and the environment to read it with."""
+    store = STORES[name](emulator)
+    use_store_env_again(monkeypatch, store)
+    return store.create()
+
+
+def use_store_env_again(monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
+    use_env(monkeypatch, store.emulator)
+    for key, value in store.env.items():
+        monkeypatch.setenv(key, value)

@@ -3,35 +3,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from core.errors import StorageError
 from core.storage import open_repository, read_file
-from tests.emulators import EMULATORS, Emulator
-from tests.storage.helpers import STORES, Store, use_env
+from tests.storage.helpers import Store
 
 FAIL_WITHIN_S = 10.0
 
 
-@pytest.fixture(params=sorted(EMULATORS))
-def own_emulator(request: pytest.FixtureRequest) -> Iterator[Emulator]:
-    """A private emulator this test may kill (the session one stays up for the others)."""
-    emulator = EMULATORS[request.param]().start()
-    try:
-        yield emulator
-    finally:
-        emulator.close()
-
-
-def test_dead_endpoint_fails_fast_then_recovers(
-    own_emulator: Emulator, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    use_env(monkeypatch, own_emulator)
-    scheme = next(s for s, cls in EMULATORS.items() if isinstance(own_emulator, cls))
-    store: Store = STORES[scheme](own_emulator).create()
+def test_dead_endpoint_fails_fast_then_recovers(own_store: Store, cache_dir: Path) -> None:
+    store, own_emulator, scheme = own_store, own_store.emulator, own_store.scheme
     store.put_version("model", 1, 2.0)
     repo = open_repository(store.url("model"), cache_dir)
     assert sorted(repo.versions()) == [1]

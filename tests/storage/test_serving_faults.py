@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,8 @@ from core.api import App
 from core.config import Settings
 from core.errors import StorageError
 from core.storage.remote import RemoteObject, RemoteRepository
-from tests.emulators import EMULATORS, Emulator
-from tests.storage.helpers import STORES, Store, use_env
+from tests.emulators import Emulator
+from tests.storage.helpers import Store, use_store_env_again
 from tests.storage.serving import (
     call,
     predict,
@@ -33,17 +33,6 @@ from tests.storage.serving import (
 
 RELOAD_WITHIN_S = 15.0
 PREFIX = "repo/scaler"
-
-
-@pytest.fixture(params=sorted(EMULATORS))
-def own_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
-    """A bucket on a private emulator this test may kill."""
-    emulator = EMULATORS[request.param]().start()
-    try:
-        use_env(monkeypatch, emulator)
-        yield STORES[request.param](emulator).create()
-    finally:
-        emulator.close()
 
 
 def _app(store: Store, cache_dir: Path) -> App:
@@ -121,7 +110,7 @@ def test_endpoint_dies_before_and_mid_reload(
     # (gs/az: the re-seeded v1 has a new generation/ETag, so it was fetched again beside the old)
     assert {name.split("-")[0] for name in version_folders(cache_dir, own_store, PREFIX)} == {"1"}
     monkeypatch.undo()  # the hook and the env: the env is set again below
-    use_env(monkeypatch, emulator)
+    use_store_env_again(monkeypatch, own_store)
 
     # back again with v3 as well: a reload picks the changes up
     emulator.start()

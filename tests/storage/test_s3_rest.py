@@ -1,0 +1,207 @@
+"""The S3 REST client (core.storage.s3_rest) against moto: signatures moto checks as AWS does,
+temporary (Lambda) credentials, listings identical to boto3's, ranged downloads, and the rule
+that picks it over boto3."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import StorageError
+from core.storage import open_repository, s3, s3_rest
+from tests.emulators import REPO, Emulator
+from tests.storage.helpers import S3Store, Store, use_env
+
+ODD_KEYS = ("a b+c%d=e.bin", "é/ü~x.txt", "semi;colon,comma&amp.txt")
+
+
+@pytest.fixture
+def s3_store(emulators: dict[str, Emulator], monkeypatch: pytest.MonkeyPatch) -> Store:
+    use_env(monkeypatch, emulators["s3"])
+    return S3Store(emulators["s3"]).create()
+
+
+def _boto3(**client: Any) -> Any:
+    import boto3
+
+    return boto3.client(**client)
+
+
+def _auth_after(store: Store, requests: int) -> None:
+    url = f"{store.emulator.endpoint}/moto-api/reset-auth"
+    request = urllib.request.Request(url, data=str(requests).encode(), method="POST",
+                                     headers={"Content-Type": "text/plain"})
+    urllib.request.urlopen(request, timeout=10).read()
+
+
+def _reader_keys(store: Store) -> dict[str, str]:
+    """An IAM user's access key and an assumed role's temporary credentials (as Lambda's),
+    both allowed to read S3."""
+    endpoint = store.emulator.endpoint
+    iam = _boto3(service_name="iam", endpoint_url=endpoint)
+    allow = {"Version": "2012-10-17",
+             "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    name = f"reader-{store.bucket}"
+    iam.create_user(UserName=name)
+    iam.put_user_policy(UserName=name, PolicyName="s3", PolicyDocument=json.dumps(allow))
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    trust = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]}
+    role = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]
+    iam.put_role_policy(RoleName=name, PolicyName="s3", PolicyDocument=json.dumps(allow))
+    sts = _boto3(service_name="sts", endpoint_url=endpoint)
+    temp = sts.assume_role(RoleArn=role["Arn"], RoleSessionName="lambda")["Credentials"]
+    return {"user_key": key["AccessKeyId"], "user_secret": key["SecretAccessKey"],
+            "role_key": temp["AccessKeyId"], "role_secret": temp["SecretAccessKey"],
+            "role_token": temp["SessionToken"]}
+
+
+def _read_all(store: Store, cache_dir: Path) -> dict[str, bytes]:
+    repo = open_repository(store.url("m"), cache_dir)
+    folder = repo.fetch(1)
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in folder.rglob("*") if p.is_file()}
+
+
+def test_signed_requests_pass_moto_checks_for_user_and_role_keys(
+    s3_store: Store, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = s3_store.put_version("m", 1, 2.0)
+    for key in ODD_KEYS:
+        s3_store.put(f"m/1/{key}", key.encode())
+    keys = _reader_keys(s3_store)
+    expected = {**files, **{key: key.encode() for key in ODD_KEYS}}
+    _auth_after(s3_store, 0)
+    try:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["user_key"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys["user_secret"])
+        assert isinstance(s3.backend(s3_store.bucket, None), s3_rest.S3RestBackend)
+        assert _read_all(s3_store, cache_dir / "user") == expected
+
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["role_key"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys["role_secret"])
+        monkeypatch.setenv("AWS_SESSION_TOKEN", keys["role_token"])
+        assert _read_all(s3_store, cache_dir / "role") == expected
+    finally:
+        _auth_after(s3_store, 10**9)
+
+
+@pytest.mark.parametrize("client", ["auto", "boto3"])
+def test_a_wrong_secret_is_the_same_access_denied_on_both_clients(
+    s3_store: Store, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, client: str
+) -> None:
+    s3_store.put_version("m", 1, 2.0)
+    keys = _reader_keys(s3_store)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["user_key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    monkeypatch.setenv("OVS_S3_CLIENT", client)
+    _auth_after(s3_store, 0)
+    try:
+        with pytest.raises(StorageError) as err:
+            open_repository(s3_store.url("m"), cache_dir).versions()
+    finally:
+        _auth_after(s3_store, 10**9)
+    assert str(err.value).startswith(f"Cannot list s3://{s3_store.bucket}/m/: access denied "
+                                     "(SignatureDoesNotMatch): The request signature")
+
+
+def test_listing_pages_and_odd_keys_match_boto3(
+    s3_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [f"m/1/part-{i:04d}.bin" for i in range(1003)] + [f"m/1/{k}" for k in ODD_KEYS]
+    client = s3_store.client  # type: ignore[attr-defined]
+    for name in names:
+        client.put_object(Bucket=s3_store.bucket, Key=name, Body=name.encode())
+    rest = s3.backend(s3_store.bucket, None)
+    monkeypatch.setenv("OVS_S3_CLIENT", "boto3")
+    boto = s3.backend(s3_store.bucket, None)
+    assert isinstance(rest, s3_rest.S3RestBackend) and isinstance(boto, s3.S3Backend)
+    listed = list(rest.list_objects("m/"))
+    assert listed == list(boto.list_objects("m/"))  # keys, sizes and ETags: blob keys agree
+    assert sorted(o.key for o in listed) == sorted(names)
+
+
+def test_big_file_downloads_in_ranges_and_a_replaced_one_fails(
+    s3_store: Store, tmp_path: Path
+) -> None:
+    data = os.urandom(s3_rest.RANGED_MIN_BYTES + s3_rest.PART_BYTES // 2 + 3)
+    s3_store.put("m/1/big.bin", data)
+    rest = s3.backend(s3_store.bucket, None)
+    [obj] = rest.list_objects("m/1/big.bin")
+    rest.download(obj, tmp_path / "big.bin")
+    assert (tmp_path / "big.bin").read_bytes() == data
+
+    s3_store.put("m/1/big.bin", data[::-1])  # a new ETag: the listed one no longer matches
+    with pytest.raises(StorageError, match=r"Cannot download s3://.*/m/1/big.bin: "
+                                           r"PreconditionFailed"):
+        rest.download(obj, tmp_path / "again.bin")
+
+
+def test_missing_key_and_bucket_read_as_on_boto3(s3_store: Store) -> None:
+    rest = s3.backend(s3_store.bucket, None)
+    with pytest.raises(StorageError, match=r"s3://.*/nothing.json: object not found"):
+        rest.read("nothing.json")
+    with pytest.raises(StorageError, match="bucket 'no-such-bucket-here' does not exist"):
+        s3.backend("no-such-bucket-here", None).read("x")
+
+
+@pytest.mark.parametrize(("env", "rest"), [
+    ({}, True),
+    ({"OVS_S3_CLIENT": "boto3"}, False),
+    ({"AWS_PROFILE": "dev"}, False),
+    ({"AWS_USE_FIPS_ENDPOINT": "true"}, False),
+    ({"HTTPS_PROXY": "http://proxy:3128"}, False),
+    ({"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "example.org,127.0.0.1"}, True),
+    ({"AWS_SECRET_ACCESS_KEY": ""}, False),
+])
+def test_which_client_reads_the_bucket(
+    s3_store: Store, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], rest: bool
+) -> None:
+    for name in ("NO_PROXY", "no_proxy", "https_proxy", "http_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    chosen = s3.backend(s3_store.bucket, None)
+    assert isinstance(chosen, s3_rest.S3RestBackend) is rest
+
+
+def test_an_unknown_client_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OVS_S3_CLIENT", "boto")
+    with pytest.raises(StorageError, match="OVS_S3_CLIENT must be auto or boto3, not 'boto'"):
+        s3.backend("bucket", "http://127.0.0.1:9")
+
+
+def test_aws_addressing() -> None:
+    assert s3_rest.target("models", None, "eu-west-1") == s3_rest.Target(
+        "https://models.s3.eu-west-1.amazonaws.com", "")
+    assert s3_rest.target("my.models", None, "cn-north-1") == s3_rest.Target(
+        "https://s3.cn-north-1.amazonaws.com.cn", "/my.models")
+    assert s3_rest.target("m", "http://127.0.0.1:9000/s3/", "us-east-1") == s3_rest.Target(
+        "http://127.0.0.1:9000", "/s3/m")
+
+
+PROBE = """
+import json, pathlib, sys, tempfile
+from core.storage import open_repository
+repo = open_repository(sys.argv[1], pathlib.Path(tempfile.mkdtemp()))
+assert (repo.fetch(1) / "model.xml").is_file()
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_serving_from_s3_with_env_credentials_never_imports_boto3(s3_store: Store) -> None:
+    s3_store.put_version("m", 1, 2.0)
+    env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "NO_PROXY"))}
+    out = subprocess.run([sys.executable, "-c", PROBE, s3_store.url("m")], cwd=REPO,
+                         env={**env, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=60, check=True)
+    modules = set(json.loads(out.stdout))
+    assert "core.storage.s3_rest" in modules
+    assert not {"boto3", "botocore", "s3transfer"} & modules
