@@ -200,8 +200,10 @@ def s3_upload(root: Path, model_dir: Path, model: str) -> tuple[Any, dict[str, A
         blob = make_blob(root / "s3", model, f"s3://models/{model}-blob")
     client.upload_file(str(blob), "models", f"{model}-blob/1/.ov-compiled/{blob.name}")
     return emulator, {"bucket": "models", "keys": keys, "url": f"s3://models/{model}",
-                      "env": emulator.env, "variants": {"Lambda, S3 + blob in bucket": {
-                          "OVS_MODEL_PATH": f"s3://models/{model}-blob"}}}
+                      "env": emulator.env, "variants": {
+                          "Lambda, S3 through boto3": {"OVS_S3_CLIENT": "boto3"},
+                          "Lambda, S3 + blob in bucket": {
+                              "OVS_MODEL_PATH": f"s3://models/{model}-blob"}}}
 
 
 def make_blob(root: Path, model: str, model_path: str) -> Path:
