@@ -238,7 +238,7 @@ class S3RestBackend:
                     raise StorageError(f"Cannot {what}: cannot reach the S3 endpoint: "
                                        f"{type(exc).__name__}: {exc}") from exc
             attempt += 1
-            time.sleep(random.uniform(0, min(2.0, 0.25 * 2**attempt)))
+            _backoff(attempt)
 
     def _once(self, key: str, query: dict[str, str], headers: dict[str, str],
               use: Callable[[http.client.HTTPResponse], T]) -> T:
@@ -247,10 +247,8 @@ class S3RestBackend:
         signed = signed_headers("GET", site.host, path, query, headers, self._creds, region,
                                 datetime.now(UTC))
         url = quote(path, safe="/~") + (f"?{canonical_query(query)}" if query else "")
-        conn = self._connection(site.origin)
+        conn, response = self._send(site.origin, url, signed)
         try:
-            conn.request("GET", url, headers=signed)
-            response = conn.getresponse()
             if response.status >= 300:
                 raise _failure(response, response.read())
             result = use(response)
@@ -260,16 +258,39 @@ class S3RestBackend:
         self._give(site.origin, conn, response)
         return result
 
+    def _send(self, origin: str, url: str, headers: dict[str, str]
+              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """The request on an idle connection if one is open, else on a new one. A server may
+        close an idle connection at any time (S3 does after a few seconds): then it goes
+        again at once on a new one, costing no retry."""
+        conn = self._idle_connection(origin)
+        if conn is not None:
+            try:
+                conn.request("GET", url, headers=headers)
+                return conn, conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                conn.close()
+        conn = self._new_connection(origin)
+        try:
+            conn.request("GET", url, headers=headers)
+            return conn, conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+
     def _move(self, region: str) -> None:
         with self._lock:
             self._site = (region, target(self.bucket, None, region))
 
-    def _connection(self, origin: str) -> http.client.HTTPConnection:
+    def _idle_connection(self, origin: str) -> http.client.HTTPConnection | None:
         with self._lock:
             for i, (where, conn) in enumerate(self._idle):
                 if where == origin:
                     del self._idle[i]
                     return conn
+        return None
+
+    def _new_connection(self, origin: str) -> http.client.HTTPConnection:
         parts = urlsplit(origin)
         conn = (http.client.HTTPSConnection(parts.netloc, timeout=CONNECT_TIMEOUT_S,
                                             context=_tls())
@@ -289,6 +310,10 @@ class S3RestBackend:
                     self._idle.append((origin, conn))
                     return
         conn.close()
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(random.uniform(0, min(2.0, 0.25 * 2**attempt)))
 
 
 def _read(response: http.client.HTTPResponse) -> bytes:

@@ -4,10 +4,15 @@ that picks it over boto3."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -185,6 +190,74 @@ def test_aws_addressing() -> None:
         "https://s3.cn-north-1.amazonaws.com.cn", "/my.models")
     assert s3_rest.target("m", "http://127.0.0.1:9000/s3/", "us-east-1") == s3_rest.Target(
         "http://127.0.0.1:9000", "/s3/m")
+
+
+class KeepAliveFront:
+    """An HTTP/1.1 front for moto (whose server closes every connection): it keeps client
+    connections open between requests, as S3 does, forwards each request to moto, and
+    `drop()` closes every client connection, as S3 does to idle ones."""
+
+    def __init__(self, backend_port: int) -> None:
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                front.sockets.add(self.connection)
+                upstream = http.client.HTTPConnection("127.0.0.1", backend_port, timeout=10)
+                upstream.request("GET", self.path, headers=dict(self.headers))
+                reply = upstream.getresponse()
+                body = reply.read()
+                self.send_response(reply.status)
+                for name, value in reply.getheaders():
+                    if name.lower() not in ("connection", "content-length", "server", "date"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.sockets: set[socket.socket] = set()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def drop(self) -> None:
+        for sock in list(self.sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.sockets.clear()
+
+    def close(self) -> None:
+        self.drop()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_connections_stay_open_and_one_the_server_closed_costs_no_retry(
+    s3_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    front = KeepAliveFront(s3_store.emulator.port)
+    try:
+        s3_store.put("k", b"model")
+        rest = s3.backend(s3_store.bucket, front.url)
+        assert rest.read("k") == b"model" and rest.read("k") == b"model"
+        assert len(front.sockets) == 1  # both on one connection
+
+        front.drop()
+
+        def no_retry(attempt: int) -> None:
+            raise AssertionError(f"retry {attempt}: the closed connection was not replaced")
+
+        monkeypatch.setattr(s3_rest, "_backoff", no_retry)
+        assert rest.read("k") == b"model"
+        assert len(front.sockets) == 1  # on a new connection
+    finally:
+        front.close()
 
 
 PROBE = """
