@@ -6,7 +6,8 @@ Taken when the environment holds the credentials and the region, as on Lambda
 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION), with no profile,
 proxy, FIPS or dual-stack setting; anything else, or OVS_S3_CLIENT=boto3, takes boto3. It makes
 three calls: ListObjectsV2, GetObject, and ranged GetObjects (If-Match the listed ETag) for big
-files, with the timeouts, retries and error texts of the boto3 path.
+files, with the timeouts, retries and error texts of the boto3 path. A bucket in another
+region than AWS_REGION is followed once, from the region S3's redirect or error names.
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ class S3RestBackend:
             try:
                 return self._once(key, query, headers, use)
             except Failure as exc:
-                if exc.region and not moved and not self._endpoint_url:
+                if exc.region and exc.region != self._site[0] and not moved:
                     moved = True  # the bucket lives in another region: once, at no attempt's cost
                     self._move(exc.region)
                     continue
@@ -280,7 +281,7 @@ class S3RestBackend:
 
     def _move(self, region: str) -> None:
         with self._lock:
-            self._site = (region, target(self.bucket, None, region))
+            self._site = (region, target(self.bucket, self._endpoint_url, region))
 
     def _idle_connection(self, origin: str) -> http.client.HTTPConnection | None:
         with self._lock:

@@ -192,12 +192,18 @@ def test_aws_addressing() -> None:
         "http://127.0.0.1:9000", "/s3/m")
 
 
+MALFORMED = ("<Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization header "
+             "is malformed; the region '{got}' is wrong; expecting '{want}'</Message>"
+             "<Region>{want}</Region></Error>")
+
+
 class KeepAliveFront:
     """An HTTP/1.1 front for moto (whose server closes every connection): it keeps client
     connections open between requests, as S3 does, forwards each request to moto, and
-    `drop()` closes every client connection, as S3 does to idle ones."""
+    `drop()` closes every client connection, as S3 does to idle ones. With `region`, a
+    request signed for another one gets S3's (and MinIO's) 400 naming the right region."""
 
-    def __init__(self, backend_port: int) -> None:
+    def __init__(self, backend_port: int, region: str = "") -> None:
         front = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -205,6 +211,15 @@ class KeepAliveFront:
 
             def do_GET(self) -> None:
                 front.sockets.add(self.connection)
+                signed_for = self.headers.get("Authorization", "").split("/")[2]
+                if region and signed_for != region:
+                    front.refused += 1
+                    body = MALFORMED.format(got=signed_for, want=region).encode()
+                    self.send_response(400)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 upstream = http.client.HTTPConnection("127.0.0.1", backend_port, timeout=10)
                 upstream.request("GET", self.path, headers=dict(self.headers))
                 reply = upstream.getresponse()
@@ -221,6 +236,7 @@ class KeepAliveFront:
                 pass
 
         self.sockets: set[socket.socket] = set()
+        self.refused = 0
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -256,6 +272,20 @@ def test_connections_stay_open_and_one_the_server_closed_costs_no_retry(
         monkeypatch.setattr(s3_rest, "_backoff", no_retry)
         assert rest.read("k") == b"model"
         assert len(front.sockets) == 1  # on a new connection
+    finally:
+        front.close()
+
+
+def test_a_bucket_in_another_region_is_followed_once(
+    s3_store: Store, cache_dir: Path
+) -> None:
+    front = KeepAliveFront(s3_store.emulator.port, region="eu-west-1")
+    try:
+        s3_store.put_version("m", 1, 2.0)
+        repo = open_repository(f"s3://{front.url.split('//')[1]}/{s3_store.bucket}/m", cache_dir)
+        assert sorted(repo.versions()) == [1]
+        assert (repo.fetch(1) / "model.xml").is_file()
+        assert front.refused == 1  # later requests are signed for eu-west-1 from the start
     finally:
         front.close()
 
