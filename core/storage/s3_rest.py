@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote_plus, urlsplit
 
 from core.errors import StorageError
 from core.storage.remote import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, RETRIES, RemoteObject
@@ -186,7 +186,8 @@ class S3RestBackend:
         while True:
             root = _parse(self._call("", query, {}, f"list {self._url(prefix)}", _read))
             for item in root.iter("Contents"):
-                yield RemoteObject(unquote(_text(item, "Key")), int(_text(item, "Size")),
+                # encoding-type=url: S3 writes a space as '+' and a '+' as %2B (as botocore reads)
+                yield RemoteObject(unquote_plus(_text(item, "Key")), int(_text(item, "Size")),
                                    _text(item, "ETag"))
             token = _text(root, "NextContinuationToken")
             if _text(root, "IsTruncated") != "true" or not token:
