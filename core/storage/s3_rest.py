@@ -18,6 +18,7 @@ import hmac
 import http.client
 import os
 import random
+import re
 import ssl
 import threading
 import time
@@ -46,6 +47,7 @@ DENIED = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDo
 MISSING = {"NoSuchKey", "404", "NotFound"}
 _PROXIES = ("http_proxy", "https_proxy", "all_proxy")
 T = TypeVar("T")
+_DNS_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 
 
 @dataclass(frozen=True)
@@ -112,12 +114,13 @@ def _proxied(endpoint_url: str | None) -> bool:
 
 def target(bucket: str, endpoint_url: str | None, region: str) -> Target:
     """Path-style on a given endpoint (MinIO, emulators), else AWS's virtual-hosted style
-    (path-style for bucket names with dots, which the wildcard certificate does not cover)."""
+    (path-style for a name that is no DNS label: dots, which the wildcard certificate does not
+    cover, or the capitals and underscores of old us-east-1 buckets)."""
     if endpoint_url:
         parts = urlsplit(endpoint_url)
         return Target(f"{parts.scheme}://{parts.netloc}", f"{parts.path.rstrip('/')}/{bucket}")
     domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
-    if "." in bucket:
+    if not _DNS_LABEL.fullmatch(bucket):
         return Target(f"https://s3.{region}.{domain}", f"/{bucket}")
     return Target(f"https://{bucket}.s3.{region}.{domain}", "")
 

@@ -188,6 +188,8 @@ def test_aws_addressing() -> None:
         "https://models.s3.eu-west-1.amazonaws.com", "")
     assert s3_rest.target("my.models", None, "cn-north-1") == s3_rest.Target(
         "https://s3.cn-north-1.amazonaws.com.cn", "/my.models")
+    assert s3_rest.target("Old_Bucket", None, "us-east-1") == s3_rest.Target(
+        "https://s3.us-east-1.amazonaws.com", "/Old_Bucket")
     assert s3_rest.target("m", "http://127.0.0.1:9000/s3/", "us-east-1") == s3_rest.Target(
         "http://127.0.0.1:9000", "/s3/m")
 
