@@ -206,10 +206,8 @@ class RemoteRepository:
 
     def fill(self, folder: Path, files: dict[str, RemoteObject]) -> None:
         """Download into `folder` (relative path -> object) those not there yet, in parallel."""
-        missing = [(o, folder / rel) for rel, o in files.items() if not (folder / rel).is_file()]
-        if missing:
-            with ThreadPoolExecutor(min(MAX_WORKERS, len(missing))) as pool:
-                list(pool.map(lambda job: self.place(*job), missing))
+        _each(self.place, [(o, folder / rel) for rel, o in files.items()
+                           if not (folder / rel).is_file()])
 
     def place(self, obj: RemoteObject, dest: Path) -> None:
         """One object into dest (atomic: a temp file beside it, renamed when complete); any
@@ -238,12 +236,8 @@ class RemoteRepository:
         try:
             jobs = [(o, tmp / relative_key(o.key, base)) for o in objects]
             total = sum(o.size for o in objects)
-            with (
-                Progress(label, tmp, total),
-                ThreadPoolExecutor(max(1, min(MAX_WORKERS, len(jobs)))) as pool,
-            ):
-                # list() re-raises the first failure; the pool waits for the rest before exit
-                list(pool.map(lambda job: self._download_one(*job), jobs))
+            with Progress(label, tmp, total):
+                _each(self._download_one, jobs)
             _publish(tmp, target)
         except OSError as exc:
             raise StorageError(f"Cannot write {target} for {self.url}: {exc}") from exc
@@ -420,10 +414,9 @@ class LazyFiles:
             return
         started = time.perf_counter()
         total = sum(o.size for o in missing.values())
-        with (Progress(listed.repository.url, folder, total),
-              ThreadPoolExecutor(min(MAX_WORKERS, len(missing))) as pool):
-            list(pool.map(lambda item: self._place(listed.repository, item[1], folder / item[0]),
-                          missing.items()))
+        with Progress(listed.repository.url, folder, total):
+            _each(lambda obj, dest: self._place(listed.repository, obj, dest),
+                  [(o, folder / rel) for rel, o in missing.items()])
         log.info("model weights ready", extra={
             "url": listed.repository.url, "files": len(missing), "bytes": total,
             "path": str(folder), "cached": False,
@@ -445,6 +438,15 @@ class LazyFiles:
 
 
 LAZY = LazyFiles()
+
+
+def _each(download: Callable[[RemoteObject, Path], object],
+          jobs: list[tuple[RemoteObject, Path]]) -> None:
+    """download(obj, dest) for every job, MAX_WORKERS at a time; the first failure is raised
+    once the pool has waited for the rest."""
+    if jobs:
+        with ThreadPoolExecutor(min(MAX_WORKERS, len(jobs))) as pool:
+            list(pool.map(lambda job: download(*job), jobs))
 
 
 def _lock_file(folder: Path) -> Path:
