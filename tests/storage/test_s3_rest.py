@@ -194,6 +194,8 @@ def test_aws_addressing() -> None:
         "http://127.0.0.1:9000", "/s3/m")
 
 
+REDIRECT = ("<Error><Code>PermanentRedirect</Code><Message>The bucket you are attempting to "
+            "access must be addressed using the specified endpoint.</Message></Error>")
 MALFORMED = ("<Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization header "
              "is malformed; the region '{got}' is wrong; expecting '{want}'</Message>"
              "<Region>{want}</Region></Error>")
@@ -203,9 +205,10 @@ class KeepAliveFront:
     """An HTTP/1.1 front for moto (whose server closes every connection): it keeps client
     connections open between requests, as S3 does, forwards each request to moto, and
     `drop()` closes every client connection, as S3 does to idle ones. With `region`, a
-    request signed for another one gets S3's (and MinIO's) 400 naming the right region."""
+    request signed for another one gets S3's (and MinIO's) 400 naming the right region, or
+    with `redirect` S3's 301 with the region in x-amz-bucket-region."""
 
-    def __init__(self, backend_port: int, region: str = "") -> None:
+    def __init__(self, backend_port: int, region: str = "", redirect: bool = False) -> None:
         front = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -216,8 +219,11 @@ class KeepAliveFront:
                 signed_for = self.headers.get("Authorization", "").split("/")[2]
                 if region and signed_for != region:
                     front.refused += 1
-                    body = MALFORMED.format(got=signed_for, want=region).encode()
-                    self.send_response(400)
+                    text = REDIRECT if redirect else MALFORMED.format(got=signed_for, want=region)
+                    body = text.encode()
+                    self.send_response(301 if redirect else 400)
+                    if redirect:
+                        self.send_header("x-amz-bucket-region", region)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
@@ -278,10 +284,11 @@ def test_connections_stay_open_and_one_the_server_closed_costs_no_retry(
         front.close()
 
 
+@pytest.mark.parametrize("redirect", [False, True], ids=["region-error", "redirect"])
 def test_a_bucket_in_another_region_is_followed_once(
-    s3_store: Store, cache_dir: Path
+    s3_store: Store, cache_dir: Path, redirect: bool
 ) -> None:
-    front = KeepAliveFront(s3_store.emulator.port, region="eu-west-1")
+    front = KeepAliveFront(s3_store.emulator.port, region="eu-west-1", redirect=redirect)
     try:
         s3_store.put_version("m", 1, 2.0)
         repo = open_repository(f"s3://{front.url.split('//')[1]}/{s3_store.bucket}/m", cache_dir)
