@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from core.errors import StorageError
-from core.storage import open_repository, s3, s3_rest
+from core.storage import open_repository, s3, s3_rest, web
 from tests.emulators import REPO, Emulator
 from tests.storage.helpers import S3Store, Store, use_env
 
@@ -136,7 +136,7 @@ def test_listing_pages_and_odd_keys_match_boto3(
 def test_big_file_downloads_in_ranges_and_a_replaced_one_fails(
     s3_store: Store, tmp_path: Path
 ) -> None:
-    data = os.urandom(s3_rest.RANGED_MIN_BYTES + s3_rest.PART_BYTES // 2 + 3)
+    data = os.urandom(web.RANGED_MIN_BYTES + web.PART_BYTES // 2 + 3)
     s3_store.put("m/1/big.bin", data)
     rest = s3.backend(s3_store.bucket, None)
     [obj] = rest.list_objects("m/1/big.bin")
@@ -277,7 +277,7 @@ def test_connections_stay_open_and_one_the_server_closed_costs_no_retry(
         def no_retry(attempt: int) -> None:
             raise AssertionError(f"retry {attempt}: the closed connection was not replaced")
 
-        monkeypatch.setattr(s3_rest, "_backoff", no_retry)
+        monkeypatch.setattr(web, "backoff", no_retry)
         assert rest.read("k") == b"model"
         assert len(front.sockets) == 1  # on a new connection
     finally:
