@@ -1,4 +1,5 @@
-"""Azure Blob Storage through azure-storage-blob, imported only here, lazily.
+"""Azure Blob Storage: core.storage.azure_rest for a connection string or a SAS URL, else
+azure-storage-blob (a managed identity, OVS_AZURE_CLIENT=sdk), imported only here, lazily.
 
 URLs: `az://container/prefix`, `azure://container/prefix`; `azfs://container/prefix` is read as
 blob storage too (OVMS maps azfs:// to Azure Files shares; those are not supported here).
@@ -16,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import StorageError
+from core.storage import azure_rest
 from core.storage.remote import (
     CONNECT_TIMEOUT_S,
     READ_TIMEOUT_S,
     RETRIES,
+    Backend,
     RemoteObject,
     RemoteRepository,
     object_key,
@@ -126,9 +129,17 @@ class AzureBackend:
 
 def open_repository(url: str, cache_dir: Path) -> RemoteRepository:
     container, prefix = split_url(url, SCHEMES)
-    return RemoteRepository(url, AzureBackend(container), prefix, cache_dir)
+    return RemoteRepository(url, backend(container), prefix, cache_dir)
 
 
 def read_file(url: str) -> bytes:
     container, key = split_url(url, SCHEMES)
-    return AzureBackend(container).read(object_key(key, url))
+    return backend(container).read(object_key(key, url))
+
+
+def backend(container: str) -> Backend:
+    """The REST client when azure_rest.choose() accepts the environment, else the SDK's."""
+    account = azure_rest.choose(os.environ.get("AZURE_STORAGE_CONNECTION_STRING"), _account_url())
+    if account is None:
+        return AzureBackend(container)
+    return azure_rest.AzureRestBackend(container, account)

@@ -24,6 +24,8 @@ _FOREIGN_ENV = (
     "AZURE_STORAGE_CONNECTION_STRING",
     "AZURE_STORAGE_ACCOUNT_URL",
     "AZURE_STORAGE_ACCOUNT_NAME",
+    "OVS_S3_CLIENT",
+    "OVS_AZURE_CLIENT",
 )
 
 
@@ -144,9 +146,17 @@ class AzureStore(Store):
         self.handle.delete_blob(key)
 
 
+class AzureSdkStore(AzureStore):
+    """Azure read through azure-storage-blob (managed identities), not the REST client a
+    connection string picks."""
+
+    env = {"OVS_AZURE_CLIENT": "sdk"}
+
+
 _AZ_CONN = "AZURE_STORAGE_CONNECTION_STRING"
 STORES: dict[str, type[Store]] = {
     "s3": S3Store, "s3-boto3": S3Boto3Store, "gs": GcsStore, "az": AzureStore,
+    "az-sdk": AzureSdkStore,
 }
 
 

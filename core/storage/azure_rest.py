@@ -1,0 +1,207 @@
+"""Azure Blob Storage's REST API over http.client: a fresh instance reads its container
+without azure-storage-blob, whose import (~150 ms) comes before every cold start's download.
+
+Taken for a connection string (account key, SAS or none, as the SDK reads it) or an account
+URL carrying a SAS token, with no proxy; a managed identity (azure-identity) or
+OVS_AZURE_CLIENT=sdk takes the SDK. It makes two calls: List Blobs and Get Blob (ranged,
+If-Match the listed ETag, for big files), with the retries and error texts of the SDK path.
+Requests are signed with Shared Key as the SDK signs them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from email.utils import formatdate
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import quote, unquote, urlsplit
+from xml.etree import ElementTree
+
+from core.errors import StorageError
+from core.storage import web
+from core.storage.remote import RemoteObject
+
+API_VERSION = "2025-11-05"
+DEV_ACCOUNT = "devstoreaccount1"  # Azurite's well-known account (UseDevelopmentStorage=true)
+DEV_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
+           "K1SZFPTOtr/KBHBeksoGMGw==")
+PAGE_SIZE = 5000  # List Blobs' most per page
+MALFORMED = "Connection string is either blank or malformed."
+_SIGNED = ("content-encoding", "content-language", "content-length", "content-md5",
+           "content-type", "date", "if-modified-since", "if-match", "if-none-match",
+           "if-unmodified-since", "range")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Account:
+    """Where a storage account's blobs are and how requests prove access: a Shared Key
+    (`name`, `key`), a SAS token (`sas`), or neither (public containers)."""
+
+    endpoint: str  # scheme://host[:port][/path], no trailing '/'
+    name: str = ""
+    key: str = ""
+    sas: str = ""
+
+
+class Failure(web.Failure):
+    retry_codes = frozenset({"OperationTimedOut", "InternalError", "ServerBusy"})
+
+    @property
+    def retryable(self) -> bool:
+        return self.status not in (501, 505) and (self.status >= 500 or super().retryable)
+
+
+def choose(connection_string: str | None, account_url: str | None) -> Account | None:
+    """The account this client reads, or None for the SDK."""
+    mode = os.environ.get("OVS_AZURE_CLIENT", "auto").strip().lower() or "auto"
+    if mode not in ("auto", "sdk"):
+        raise StorageError(f"OVS_AZURE_CLIENT must be auto or sdk, not {mode!r}")
+    if mode == "sdk":
+        return None
+    if connection_string:
+        account = from_connection_string(connection_string)
+    elif account_url and "?" in account_url:
+        url, _, sas = account_url.partition("?")
+        account = Account(url.rstrip("/"), sas=sas)
+    else:
+        return None  # a token credential (DefaultAzureCredential) is the SDK's
+    return None if web.proxied(account.endpoint) else account
+
+
+def from_connection_string(text: str) -> Account:
+    """The account of a connection string, read as azure-storage-blob reads it."""
+    pairs = [item.split("=", 1) for item in text.rstrip(";").split(";")]
+    if any(len(pair) != 2 for pair in pairs):
+        raise StorageError(f"Invalid AZURE_STORAGE_CONNECTION_STRING: {MALFORMED}")
+    settings = {name.strip().upper(): value.strip() for name, value in pairs}
+    if settings.get("USEDEVELOPMENTSTORAGE") == "true":
+        return Account(f"http://127.0.0.1:10000/{DEV_ACCOUNT}", DEV_ACCOUNT, DEV_KEY)
+    name = settings.get("ACCOUNTNAME", "")
+    endpoint = settings.get("BLOBENDPOINT", "")
+    if not endpoint and name:
+        scheme = settings.get("DEFAULTENDPOINTSPROTOCOL", "https")
+        endpoint = f"{scheme}://{name}.blob.{settings.get('ENDPOINTSUFFIX', 'core.windows.net')}"
+    if not endpoint:
+        raise StorageError("Invalid AZURE_STORAGE_CONNECTION_STRING: "
+                           "Connection string missing required connection details.")
+    key = settings.get("ACCOUNTKEY", "") if name else ""
+    sas = "" if key else settings.get("SHAREDACCESSSIGNATURE", "").lstrip("?")
+    return Account(endpoint.rstrip("/"), name, key, sas)
+
+
+def authorization(account: Account, path: str, query: dict[str, str],
+                  headers: dict[str, str]) -> str:
+    """Shared Key for a GET of `path` (as sent, percent-encoded) with `query` (decoded) and
+    `headers`, which hold every x-ms-* header the request sends."""
+    lowered = {name.lower(): value for name, value in headers.items() if value}
+    ms = sorted((name, value) for name, value in lowered.items() if name.startswith("x-ms-"))
+    resource = f"/{account.name}{path}" + "".join(
+        f"\n{name.lower()}:{value}" for name, value in sorted(query.items()))
+    to_sign = "\n".join(["GET", *(lowered.get(name, "") for name in _SIGNED),
+                         *(f"{name}:{value}" for name, value in ms), resource])
+    digest = hmac.new(base64.b64decode(account.key), to_sign.encode(), hashlib.sha256).digest()
+    return f"SharedKey {account.name}:{base64.b64encode(digest).decode()}"
+
+
+class AzureRestBackend:
+    """One container through Blob Storage's REST API; core.storage.remote's Backend."""
+
+    scheme = "az"
+
+    def __init__(self, container: str, account: Account) -> None:
+        self.bucket = container
+        self._account = account
+        parts = urlsplit(account.endpoint)
+        self._origin = f"{parts.scheme}://{parts.netloc}"
+        self._base = f"{parts.path}/{quote(container, safe='')}"
+        self._connections = web.Connections("REQUESTS_CA_BUNDLE")
+
+    def list_objects(self, prefix: str) -> Iterator[RemoteObject]:
+        query = {"restype": "container", "comp": "list", "maxresults": str(PAGE_SIZE)}
+        if prefix:
+            query["prefix"] = prefix
+        while True:
+            body = self._call("", query, {}, f"Cannot list {self._url(prefix)}", web.read)
+            root = web.parse_xml(body)
+            for blob in root.iter("Blob"):
+                size = int(web.text(blob, "Properties/Content-Length") or 0)
+                yield RemoteObject(_name(blob), size, web.text(blob, "Properties/Etag"))
+            marker = web.text(root, "NextMarker")
+            if not marker:
+                return
+            query["marker"] = marker
+
+    def read(self, key: str) -> bytes:
+        return self._call(key, {}, {}, f"Cannot read {self._url(key)}", web.read)
+
+    def download(self, obj: RemoteObject, dest: Path) -> None:
+        what = f"Cannot download {self._url(obj.key)}"
+        web.download(obj, dest, what, lambda headers, use: self._call(
+            obj.key, {}, _quoted_tag(headers), what, use))
+
+    def _url(self, key: str) -> str:
+        return f"az://{self.bucket}/{key}"
+
+    def _call(self, key: str, query: dict[str, str], headers: dict[str, str], what: str,
+              use: Callable[[web.Response], T]) -> T:
+        def fail(exc: web.Failure) -> StorageError:
+            return StorageError(f"{what}: {self._describe(exc)}")
+
+        return web.retrying(lambda: self._once(key, query, headers, use), fail,
+                            f"{what}: cannot reach Azure Blob Storage")
+
+    def _once(self, key: str, query: dict[str, str], headers: dict[str, str],
+              use: Callable[[web.Response], T]) -> T:
+        path = self._base + (f"/{quote(key, safe='/~')}" if key else "")
+        sent = {**headers, "x-ms-date": formatdate(usegmt=True), "x-ms-version": API_VERSION}
+        if self._account.key:
+            sent["Authorization"] = authorization(self._account, path, query, sent)
+        encoded = "&".join(f"{name}={quote(value, safe='')}" for name, value in query.items())
+        params = "&".join(part for part in (encoded, self._account.sas) if part)
+        url = path + (f"?{params}" if params else "")
+        return self._connections.get(self._origin, url, sent, _failure, use)
+
+    def _describe(self, exc: web.Failure) -> str:
+        """The cause in the words of azure.py's SDK path."""
+        if exc.status == 404:
+            if exc.code == "ContainerNotFound":
+                return f"container '{self.bucket}' does not exist"
+            return "object not found"
+        if exc.status in (401, 403):
+            return f"access denied: {exc.message}"
+        return f"{exc.status} {exc.message}"
+
+
+def _name(blob: ElementTree.Element) -> str:
+    name = blob.find("Name")
+    if name is None:
+        return ""
+    if name.get("Encoded") == "true":  # a name XML cannot hold comes percent-encoded
+        return unquote(name.text or "")
+    return name.text or ""
+
+
+def _quoted_tag(headers: dict[str, str]) -> dict[str, str]:
+    """If-Match takes the ETag in quotes; List Blobs gives it bare."""
+    tag = headers.get("If-Match", "")
+    if tag and not tag.startswith('"'):
+        return {**headers, "If-Match": f'"{tag}"'}
+    return headers
+
+
+def _failure(response: web.Response, body: bytes) -> Failure:
+    code = response.getheader("x-ms-error-code", "") or str(response.status)
+    message = response.reason or code
+    try:
+        root = web.parse_xml(body)
+        code, message = web.text(root, "Code") or code, web.text(root, "Message") or message
+    except ElementTree.ParseError:
+        pass
+    lines = message.strip().splitlines()
+    return Failure(response.status, code, lines[0] if lines else code)
