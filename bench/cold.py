@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import compileall
+import functools
 import json
 import shutil
 import subprocess
@@ -35,7 +36,7 @@ STAGES = ("process_s", "import_s", "config_s", "download_s", "read_s", "compile_
 
 
 def request_file(root: Path, model: str, model_file: Path, x: np.ndarray,
-                 extra: dict[str, Any] | None = None) -> Path:
+                 extra: dict[str, Any] | None = None, name: str = "cold-request") -> Path:
     http = kserve_binary(model, x)
     event: dict[str, Any] = json.loads(EVENT.read_text())
     event["rawPath"] = event["requestContext"]["http"]["path"] = http["path"]
@@ -43,7 +44,7 @@ def request_file(root: Path, model: str, model_file: Path, x: np.ndarray,
     event.update(body=base64.b64encode(http["body"]).decode(), isBase64Encoded=True)
     doc = {"event": event, "http": {**http, "body": http["body"].hex()},
            "model_file": str(model_file), "shape": list(x.shape), **(extra or {})}
-    path = root / "cold-request.json"
+    path = root / f"{name}.json"
     path.write_text(json.dumps(doc))
     return path
 
@@ -98,12 +99,14 @@ def compile_sources() -> None:
 
 
 def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray,
-        repeat: int, s3: dict[str, Any] | None, with_peer: bool,
+        repeat: int, remotes: list[dict[str, Any]], with_peer: bool,
         variants: dict[str, dict[str, str]] | None = None,
         ff_variants: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """Every scenario `repeat` times, interleaved (round after round of every scenario, so a
     slow spell of the machine hits all rows alike); medians. `variants` / `ff_variants`: extra
-    env sets to compare, for the Lambda probe / the real functions-framework."""
+    env sets to compare, for the Lambda probe / the real functions-framework. `remotes`: the
+    buckets on emulators (bench/run.py's s3_upload, azure_upload), each with its own minimal
+    script that downloads through the provider's SDK."""
     compile_sources()
     request = request_file(root, model, model_file, x)
     http = kserve_binary(model, x)
@@ -161,17 +164,18 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
                                                      "data": x.reshape(-1).tolist()}]})}
         add("MLServer (real, JSON)", lambda: real(peer.command(repo), port, as_json,
                                                   base_env(), root / "peer-cold.log"))
-    if s3:
-        s3_request = request_file(root, model, model_file, x, {
-            "s3_bucket": s3["bucket"], "s3_keys": s3["keys"],
-            "download_dir": str(root / "minimal-download")})
-        s3_env = {**lam, **s3["env"], "OVS_MODEL_PATH": s3["url"]}
-        add("minimal script, S3", lambda: probe("minimal-s3", s3_request, base_env(**s3["env"])))
-        add("Lambda handler, S3", lambda: probe("lambda", request, base_env(
-            **s3_env, OVS_CACHE_DIR=fresh_cache())))
-        for name, extra in (s3.get("variants") or {}).items():
-            add(name, lambda extra=extra: probe("lambda", request, base_env(
-                **{**s3_env, **extra}, OVS_CACHE_DIR=fresh_cache())))
+    for remote in remotes:
+        label, store = remote["label"], remote["store"]
+        remote_request = request_file(root, model, model_file, x, {
+            "bucket": remote["bucket"], "keys": remote["keys"],
+            "download_dir": str(root / f"minimal-download-{store}")}, f"cold-request-{store}")
+        host, on = remote["host"], {**(lam if remote["host"] == "lambda" else local),
+                                    **remote["env"], "OVS_MODEL_PATH": remote["url"]}
+        add(f"minimal script, {label}", functools.partial(
+            probe, f"minimal-{store}", remote_request, base_env(**remote["env"])))
+        for name, extra in {remote["row"]: {}, **remote["variants"]}.items():
+            add(name, lambda host=host, on=on, extra=extra: probe(host, request, base_env(
+                **{**on, **extra}, OVS_CACHE_DIR=fresh_cache())))
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in scenarios}
     for _ in range(repeat):
         for name, fn in scenarios.items():
@@ -180,10 +184,14 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
     return {"rows": rows, "runs": runs}
 
 
+REMOTE_LABELS = ("S3", "Azure Blob")
+
+
 def baseline(rows: dict[str, dict[str, float]], name: str) -> dict[str, float]:
-    """The minimal script a scenario is compared with: the S3 one for S3 rows."""
-    if "S3" in name and "minimal script, S3" in rows:
-        return rows["minimal script, S3"]
+    """The minimal script a scenario is compared with: the S3 one for S3 rows, and so on."""
+    for label in REMOTE_LABELS:
+        if label in name and f"minimal script, {label}" in rows:
+            return rows[f"minimal script, {label}"]
     return rows["minimal script"]
 
 

@@ -1,8 +1,10 @@
 """One cold start, in a fresh interpreter: `python bench/cold_child.py HOST REQUEST_FILE [MODEL]`.
 
-HOST is `minimal` (import openvino, compile_model(path), infer: the floor), `minimal-s3` (the
-same after downloading the files with boto3), `lambda` (import handlers.aws_lambda, i.e. the
-Lambda init phase, then handler(event)), `cloud_run` (import functions-framework and
+HOST is `minimal` (import openvino, compile_model(path), infer: the floor), `minimal-s3` /
+`minimal-az` (the same after downloading the files with boto3 / azure-storage-blob), `lambda`
+(import handlers.aws_lambda, i.e. the Lambda init phase, then handler(event)), `azure` (import
+handlers.azure_functions, as the Functions worker indexes it, then one call of its function
+with an azure.functions.HttpRequest), `cloud_run` (import functions-framework and
 handlers.cloud_run, then one request through functions_framework.create_app's test client) or
 `serve` (import what `ov-serverless serve` imports, start the manager, one routed request).
 Prints one line, `BENCH {json}`, with wall-clock timestamps (time.time(), so the parent can
@@ -63,22 +65,21 @@ def _model_timings() -> dict[str, float]:
     return timings
 
 
-def minimal(request: dict[str, Any], s3: bool) -> dict[str, Any]:
+def minimal(request: dict[str, Any], store: str) -> dict[str, Any]:
     import numpy as np
     import openvino as ov
 
-    if s3:
-        import boto3
+    fetch = {"": None, "s3": _s3_fetcher, "az": _azure_fetcher}[store]
+    get = fetch and fetch(request["bucket"])  # the SDK's import counts as import
     t_imported = time.time()
     path = request["model_file"]
     download_s = 0.0
-    if s3:
-        client = boto3.client("s3")
+    if get is not None:
         folder = Path(request["download_dir"])
         folder.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        for key in request["s3_keys"]:
-            client.download_file(request["s3_bucket"], key, str(folder / Path(key).name))
+        for key in request["keys"]:
+            get(key, folder / Path(key).name)
         download_s = time.perf_counter() - started
         path = str(folder / Path(path).name)
     core = ov.Core()
@@ -91,6 +92,53 @@ def minimal(request: dict[str, Any], s3: bool) -> dict[str, Any]:
     _ALIVE.append(compiled)  # memory is read after return: keep the model, as a server does
     return {"t_imported": t_imported, "t_ready": t_ready, "t_done": time.time(),
             "download_s": download_s, "read_s": 0.0, "compile_s": compile_s}
+
+
+def _s3_fetcher(bucket: str) -> Any:
+    import boto3
+
+    client = boto3.client("s3")
+    return lambda key, dest: client.download_file(bucket, key, str(dest))
+
+
+def _azure_fetcher(container: str) -> Any:
+    import os
+
+    from azure.storage.blob import ContainerClient
+
+    client = ContainerClient.from_connection_string(
+        os.environ["AZURE_STORAGE_CONNECTION_STRING"], container)
+
+    def get(key: str, dest: Path) -> None:
+        with dest.open("wb") as file:
+            client.download_blob(key, max_concurrency=4).readinto(file)
+
+    return get
+
+
+def azure_host(request: dict[str, Any]) -> dict[str, Any]:
+    import azure.functions as func
+
+    import core.api  # noqa: F401  (the modules handlers.azure_functions imports first)
+
+    t_imported = time.time()
+    import handlers.azure_functions as handler  # builds the App: the models load here
+
+    t_ready = time.time()
+    (function,) = handler.app.get_functions()
+    http = request["http"]
+
+    class Context:
+        invocation_id = "bench"
+
+    call = func.HttpRequest("POST", f"https://bench.azurewebsites.net{http['path']}",
+                            body=http["body"], headers=http["headers"],
+                            route_params={"path": http["path"][1:]})
+    reply = function.get_user_function()(call, Context())
+    if reply.status_code != 200:
+        raise SystemExit(f"azure: {reply.status_code} {reply.get_body()[:300]!r}")
+    return {"t_imported": t_imported, "t_ready": t_ready, "t_done": time.time(),
+            **_model_timings()}
 
 
 def lambda_host(request: dict[str, Any]) -> dict[str, Any]:
@@ -157,9 +205,11 @@ def main() -> None:
     storage_log.addHandler(downloads)
     storage_log.setLevel(logging.INFO)
     if host.startswith("minimal"):
-        result = minimal(request, s3=host == "minimal-s3")
+        result = minimal(request, store=host.partition("-")[2])
     else:
-        result = {"lambda": lambda_host, "cloud_run": cloud_run, "serve": serve}[host](request)
+        hosts = {"lambda": lambda_host, "azure": azure_host, "cloud_run": cloud_run,
+                 "serve": serve}
+        result = hosts[host](request)
         result["download_s"] = downloads.seconds
     result["t_main"] = T_MAIN
     print("BENCH " + json.dumps({**result, **_memory()}), flush=True)

@@ -11,7 +11,8 @@ Models (built here, deterministically): `classifier` = demo.models.classifier(ba
 model (the same classifier with a dynamic batch dim). One `ov-serverless serve` (REST + gRPC)
 serves all three; one MLServer (bench/peer.py, in bench/.peer-venv, created on first run)
 serves the same IRs; both are driven by the same client code (bench/cases.py) in this process.
-Cold start: bench/cold.py, on resnet50, local disk and S3 (moto, as tests/emulators.py runs it).
+Cold start: bench/cold.py, on resnet50, local disk, S3 (moto) and Azure Blob (Azurite), the
+emulators as tests/emulators.py runs them (`--no-s3`, `--no-azure` leave them out).
 """
 
 from __future__ import annotations
@@ -199,11 +200,35 @@ def s3_upload(root: Path, model_dir: Path, model: str) -> tuple[Any, dict[str, A
     with environ(emulator.env):
         blob = make_blob(root / "s3", model, f"s3://models/{model}-blob")
     client.upload_file(str(blob), "models", f"{model}-blob/1/.ov-compiled/{blob.name}")
-    return emulator, {"bucket": "models", "keys": keys, "url": f"s3://models/{model}",
-                      "env": emulator.env, "variants": {
+    return emulator, {"label": "S3", "store": "s3", "host": "lambda",
+                      "row": "Lambda handler, S3", "bucket": "models", "keys": keys,
+                      "url": f"s3://models/{model}", "env": emulator.env, "variants": {
                           "Lambda, S3 through boto3": {"OVS_S3_CLIENT": "boto3"},
                           "Lambda, S3 + blob in bucket": {
                               "OVS_MODEL_PATH": f"s3://models/{model}-blob"}}}
+
+
+def azure_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
+    """Start Azurite and upload the model version; (emulator, the remote dict cold.run takes)
+    for the Azure Functions probe reading it with a connection string."""
+    from azure.storage.blob import ContainerClient
+
+    from tests.emulators import Azurite
+
+    emulator = Azurite().start()
+    container = ContainerClient.from_connection_string(emulator.connection_string, "models")
+    container.create_container()
+    keys = []
+    for path in sorted((model_dir / "1").rglob("*")):
+        if path.is_file():
+            keys.append(f"{model}/1/{path.relative_to(model_dir / '1').as_posix()}")
+            with path.open("rb") as data:
+                container.upload_blob(keys[-1], data)
+    return emulator, {"label": "Azure Blob", "store": "az", "host": "azure",
+                      "row": "Azure Functions, Azure Blob", "bucket": "models", "keys": keys,
+                      "url": f"az://models/{model}", "env": emulator.env, "variants": {
+                          "Azure Functions, Azure Blob SDK":
+                              {"OVS_AZURE_CLIENT": "sdk"}}}
 
 
 def make_blob(root: Path, model: str, model_path: str) -> Path:
@@ -244,21 +269,24 @@ def run_cold(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload
     model = "resnet50" if "resnet50" in files else next(iter(files))
     model_dir = files[model].parents[1]
     repeat = 1 if args.quick else args.repeat
-    emulator = None
-    s3 = None
+    emulators, remotes = [], []
     blob = make_blob(root, model, str(model_dir))
     baked = {"OVS_COMPILED_CACHE": str(blob.parent)}
     variants = {"Lambda, baked blob": baked,
                 "Lambda, openvino with ovc": {"OVS_IMPORT_OVC": "1"}}
-    if args.s3:
-        emulator, s3 = s3_upload(root, model_dir, model)
+    uploads = ([lambda: s3_upload(root, model_dir, model)] if args.s3 else []) + \
+        ([lambda: azure_upload(model_dir, model)] if args.azure else [])
     try:
+        for upload in uploads:
+            emulator, remote = upload()
+            emulators.append(emulator)
+            remotes.append(remote)
         return {"model": model, **cold.run(root / "cold", model, model_dir, files[model],
-                                           inputs[model].x, repeat, s3,
+                                           inputs[model].x, repeat, remotes,
                                            args.peer and peer.ensure_venv(), variants,
                                            {"functions-framework, baked blob": baked})}
     finally:
-        if emulator is not None:
+        for emulator in emulators:
             emulator.close()
 
 
@@ -272,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cold", dest="cold", action="store_false")
     parser.add_argument("--no-warm", dest="warm", action="store_false")
     parser.add_argument("--no-s3", dest="s3", action="store_false")
+    parser.add_argument("--no-azure", dest="azure", action="store_false")
     parser.add_argument("--ab", action="store_true",
                         help="also serve without each optimisation (before/after rows)")
     parser.add_argument("--out", default="bench")
