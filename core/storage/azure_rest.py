@@ -1,5 +1,6 @@
 """Azure Blob Storage's REST API over http.client: a fresh instance reads its container
-without azure-storage-blob, whose import (~150 ms) comes before every cold start's download.
+without azure-storage-blob, whose import and first client (320-350 ms in bench/) come before every
+cold start's download.
 
 Taken for a connection string (account key, SAS or none, as the SDK reads it) or an account
 URL carrying a SAS token, with no proxy; a managed identity (azure-identity) or
