@@ -171,3 +171,26 @@ def use_store_env_again(monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
     use_env(monkeypatch, store.emulator)
     for key, value in store.env.items():
         monkeypatch.setenv(key, value)
+
+
+_FETCH_PROBE = """
+import json, pathlib, sys, tempfile
+from core.storage import open_repository
+repo = open_repository(sys.argv[1], pathlib.Path(tempfile.mkdtemp()))
+assert (repo.fetch(1) / "model.xml").is_file()
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def modules_of_a_fetch(url: str, env: dict[str, str]) -> set[str]:
+    """The modules a fresh interpreter holds after fetching version 1 of `url` with `env`."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.emulators import REPO
+
+    out = subprocess.run([sys.executable, "-c", _FETCH_PROBE, url], cwd=REPO,
+                         env={**env, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=60, check=True)
+    return set(json.loads(out.stdout))

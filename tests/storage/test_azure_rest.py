@@ -4,10 +4,7 @@ errors, and which environments pick it over azure-storage-blob."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,8 +12,8 @@ import pytest
 
 from core.errors import StorageError
 from core.storage import azure, azure_rest, open_repository, web
-from tests.emulators import AZURITE_ACCOUNT, AZURITE_KEY, REPO, Emulator
-from tests.storage.helpers import AzureStore, Store, use_env
+from tests.emulators import AZURITE_ACCOUNT, AZURITE_KEY, Emulator
+from tests.storage.helpers import AzureStore, Store, modules_of_a_fetch, use_env
 
 ODD_NAMES = ("a b+c%d=e.bin", "é/ü~x.txt", "semi;colon,comma&amp.txt", "q?hash#.bin")
 CONN = "AZURE_STORAGE_CONNECTION_STRING"
@@ -176,22 +173,10 @@ def test_a_malformed_connection_string_is_the_same_error_on_both_clients(
         open_repository("az://c/m", cache_dir).versions()
 
 
-PROBE = """
-import json, pathlib, sys, tempfile
-from core.storage import open_repository
-repo = open_repository(sys.argv[1], pathlib.Path(tempfile.mkdtemp()))
-assert (repo.fetch(1) / "model.xml").is_file()
-print(json.dumps(sorted(sys.modules)))
-"""
-
-
 def test_serving_from_a_connection_string_never_imports_the_sdk(az_store: Store) -> None:
     az_store.put_version("m", 1, 2.0)
     env = {CONN: os.environ[CONN], "NO_PROXY": "127.0.0.1"}
-    out = subprocess.run([sys.executable, "-c", PROBE, az_store.url("m")], cwd=REPO,
-                         env={**env, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=60, check=True)
-    modules = set(json.loads(out.stdout))
+    modules = modules_of_a_fetch(az_store.url("m"), env)
     assert "core.storage.azure_rest" in modules
     assert not {m for m in modules if m.startswith("azure.")}
 

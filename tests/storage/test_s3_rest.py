@@ -10,8 +10,6 @@ import http.server
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -21,8 +19,8 @@ import pytest
 
 from core.errors import StorageError
 from core.storage import open_repository, s3, s3_rest, web
-from tests.emulators import REPO, Emulator
-from tests.storage.helpers import S3Store, Store, use_env
+from tests.emulators import Emulator
+from tests.storage.helpers import S3Store, Store, modules_of_a_fetch, use_env
 
 ODD_KEYS = ("a b+c%d=e.bin", "é/ü~x.txt", "semi;colon,comma&amp.txt")
 
@@ -299,21 +297,9 @@ def test_a_bucket_in_another_region_is_followed_once(
         front.close()
 
 
-PROBE = """
-import json, pathlib, sys, tempfile
-from core.storage import open_repository
-repo = open_repository(sys.argv[1], pathlib.Path(tempfile.mkdtemp()))
-assert (repo.fetch(1) / "model.xml").is_file()
-print(json.dumps(sorted(sys.modules)))
-"""
-
-
 def test_serving_from_s3_with_env_credentials_never_imports_boto3(s3_store: Store) -> None:
     s3_store.put_version("m", 1, 2.0)
     env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "NO_PROXY"))}
-    out = subprocess.run([sys.executable, "-c", PROBE, s3_store.url("m")], cwd=REPO,
-                         env={**env, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=60, check=True)
-    modules = set(json.loads(out.stdout))
+    modules = modules_of_a_fetch(s3_store.url("m"), env)
     assert "core.storage.s3_rest" in modules
     assert not {"boto3", "botocore", "s3transfer"} & modules
