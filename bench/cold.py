@@ -6,6 +6,8 @@ Two kinds of run, each in a fresh process with an empty OVS_CACHE_DIR unless sai
   real   the real command (`functions-framework ...`, `ov-serverless serve`, `mlserver start`)
          timed from Popen to the first 200 of a predict over HTTP; then RSS idle / peak of
          its process tree (gunicorn: arbiter + worker)
+`functions-framework floor` (bench/ff_floor.py) is the least function functions-framework can
+run: what it adds to the minimal script is the framework's own cost.
 The Lambda probe *is* the real thing (the runtime imports the module, then calls handler).
 """
 
@@ -150,6 +152,10 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
     for name, extra in {"functions-framework (real)": {}, **(ff_variants or {})}.items():
         add(name, lambda extra=extra: real(ff_cmd, port, http, base_env(
             **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache(), **extra), root / "ff.log"))
+    floor = [str(REPO / "bench" / "ff_floor.py") if part.endswith("cloud_run.py") else part
+             for part in ff_cmd]
+    add("functions-framework floor", lambda: real(floor, port, http, base_env(
+        BENCH_MODEL_FILE=str(model_file)), root / "ff-floor.log"))
     add("serve (real)", lambda: real(
         [sys.executable, "-m", "handlers.cli", "serve", "--model_name", model, "--model_path",
          str(model_dir), "--rest_port", str(port), "--log_level", "WARNING"], port, http,

@@ -1,0 +1,45 @@
+"""The functions-framework floor of the cold bench: the least a function can do to answer the
+bench's KServe binary predict with OpenVINO under `functions-framework`.
+
+    BENCH_MODEL_FILE=model.xml functions-framework --source=bench/ff_floor.py --target=predict
+
+It compiles in gunicorn's worker right after the fork (OpenVINO's threads do not survive one),
+as handlers/cloud_run.py does, and answers with the first output's raw bytes: no config, no
+checks, no response header. Its start minus the minimal script's is what functions-framework
+itself (flask's import, gunicorn's arbiter and fork) adds to any function.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+import flask
+import functions_framework
+import numpy as np
+import openvino as ov
+
+_compiled: list[Any] = []
+_ready = threading.Event()
+
+
+def _compile() -> None:
+    _compiled.append(ov.Core().compile_model(os.environ["BENCH_MODEL_FILE"], "CPU",
+                                             {"PERFORMANCE_HINT": "LATENCY"}))
+    _ready.set()
+
+
+os.register_at_fork(after_in_child=lambda: threading.Thread(target=_compile, daemon=True).start())
+
+
+@functions_framework.http
+def predict(request: flask.Request) -> tuple[bytes, int]:
+    body = request.get_data()
+    split = int(request.headers["Inference-Header-Content-Length"])
+    shape = json.loads(body[:split])["inputs"][0]["shape"]
+    x = np.frombuffer(body[split:], np.float32).reshape(shape)
+    _ready.wait()
+    outputs = _compiled[0].create_infer_request().infer({0: x})
+    return np.ascontiguousarray(next(iter(outputs.values()))).tobytes(), 200
