@@ -1,4 +1,5 @@
-"""Google Cloud Storage through google-cloud-storage, imported only here, lazily.
+"""Google Cloud Storage: core.storage.gcs_rest on Cloud Run (the metadata server's token) and
+for the emulator, else google-cloud-storage, imported only here, lazily.
 
 URL: `gs://bucket/prefix`. Credentials: Application Default Credentials
 (GOOGLE_APPLICATION_CREDENTIALS, gcloud, the metadata server on Cloud Run / GKE); with none
@@ -17,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import StorageError
+from core.storage import gcs_rest
 from core.storage.remote import (
     CONNECT_TIMEOUT_S,
     READ_TIMEOUT_S,
     RETRIES,
+    Backend,
     RemoteObject,
     RemoteRepository,
     object_key,
@@ -121,9 +124,15 @@ class GcsBackend:
 
 def open_repository(url: str, cache_dir: Path) -> RemoteRepository:
     bucket, prefix = split_url(url, SCHEMES)
-    return RemoteRepository(url, GcsBackend(bucket), prefix, cache_dir)
+    return RemoteRepository(url, backend(bucket), prefix, cache_dir)
 
 
 def read_file(url: str) -> bytes:
     bucket, key = split_url(url, SCHEMES)
-    return GcsBackend(bucket).read(object_key(key, url))
+    return backend(bucket).read(object_key(key, url))
+
+
+def backend(bucket: str) -> Backend:
+    """The REST client when gcs_rest.choose() accepts the environment, else the SDK's."""
+    where = gcs_rest.choose()
+    return GcsBackend(bucket) if where is None else gcs_rest.GcsRestBackend(bucket, where)

@@ -20,12 +20,19 @@ _FOREIGN_ENV = (
     "AWS_PROFILE",
     "AWS_SESSION_TOKEN",
     "STORAGE_EMULATOR_HOST",
+    "API_ENDPOINT_OVERRIDE",
     "GOOGLE_APPLICATION_CREDENTIALS",
+    "GCE_METADATA_HOST",
+    "GCE_METADATA_IP",
+    "K_SERVICE",
+    "CLOUD_RUN_JOB",
+    "FUNCTION_TARGET",
     "AZURE_STORAGE_CONNECTION_STRING",
     "AZURE_STORAGE_ACCOUNT_URL",
     "AZURE_STORAGE_ACCOUNT_NAME",
     "OVS_S3_CLIENT",
     "OVS_AZURE_CLIENT",
+    "OVS_GCS_CLIENT",
 )
 
 
@@ -129,6 +136,13 @@ class GcsStore(Store):
         self.handle.blob(key).delete()
 
 
+class GcsSdkStore(GcsStore):
+    """Cloud Storage read through google-cloud-storage (key files, other hosts), not the REST
+    client the emulator picks."""
+
+    env = {"OVS_GCS_CLIENT": "sdk"}
+
+
 class AzureStore(Store):
     scheme = "az"
 
@@ -155,8 +169,8 @@ class AzureSdkStore(AzureStore):
 
 _AZ_CONN = "AZURE_STORAGE_CONNECTION_STRING"
 STORES: dict[str, type[Store]] = {
-    "s3": S3Store, "s3-boto3": S3Boto3Store, "gs": GcsStore, "az": AzureStore,
-    "az-sdk": AzureSdkStore,
+    "s3": S3Store, "s3-boto3": S3Boto3Store, "gs": GcsStore, "gs-sdk": GcsSdkStore,
+    "az": AzureStore, "az-sdk": AzureSdkStore,
 }
 
 

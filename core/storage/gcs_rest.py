@@ -1,0 +1,217 @@
+"""Cloud Storage's JSON API over http.client: a fresh Cloud Run instance reads its bucket
+without google-cloud-storage, whose import and first client (google-auth's metadata probes
+included) come before every cold start's download.
+
+Taken where the SDK would find no key file and ask the metadata server: a Cloud Run service,
+job or function (K_SERVICE, CLOUD_RUN_JOB, FUNCTION_TARGET) or a set GCE_METADATA_HOST; and for
+the emulator (STORAGE_EMULATOR_HOST, anonymous, as the SDK). A key file
+(GOOGLE_APPLICATION_CREDENTIALS, gcloud's ADC file), a proxy, metadata mTLS, another universe,
+any other host, or OVS_GCS_CLIENT=sdk take the SDK. It makes two calls: objects.list and the
+media download (ranged, pinned to the listed generation, for big files), with the retries and
+error texts of the SDK path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
+
+from core.errors import StorageError
+from core.storage import web
+from core.storage.remote import RemoteObject
+
+API = "https://storage.googleapis.com"
+METADATA_HOST = "metadata.google.internal"
+TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+PAGE_SIZE = 1000  # objects.list's most per page
+REFRESH_S = 225  # google-auth renews a token this long before it expires
+_ON_GOOGLE = ("K_SERVICE", "CLOUD_RUN_JOB", "FUNCTION_TARGET", "GCE_METADATA_HOST")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Where:
+    """The JSON API's origin, and the metadata server (host[:port]) that gives the tokens;
+    none for the emulator, which takes anonymous requests."""
+
+    endpoint: str
+    metadata: str = ""
+
+
+def choose() -> Where | None:
+    """Where this client reads, or None for the SDK."""
+    mode = os.environ.get("OVS_GCS_CLIENT", "auto").strip().lower() or "auto"
+    if mode not in ("auto", "sdk"):
+        raise StorageError(f"OVS_GCS_CLIENT must be auto or sdk, not {mode!r}")
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if mode == "sdk":
+        return None
+    if emulator:
+        where = Where(_origin(emulator))
+    elif _metadata_is_the_credential():
+        metadata = (os.environ.get("GCE_METADATA_HOST") or os.environ.get("GCE_METADATA_ROOT")
+                    or METADATA_HOST)
+        where = Where(_origin(os.environ.get("API_ENDPOINT_OVERRIDE") or API), metadata)
+    else:
+        return None
+    return None if web.proxied(where.endpoint) else where
+
+
+def _metadata_is_the_credential() -> bool:
+    """google.auth.default() would end at the metadata server, over plain HTTP."""
+    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or Path(_adc_file()).is_file():
+        return False
+    if os.environ.get("GCE_METADATA_MTLS_MODE", "none").lower() != "none":
+        return False
+    universe = os.environ.get("GOOGLE_CLOUD_UNIVERSE_DOMAIN", "googleapis.com")
+    return universe == "googleapis.com" and any(os.environ.get(name) for name in _ON_GOOGLE)
+
+
+def _adc_file() -> str:
+    config = os.environ.get("CLOUDSDK_CONFIG") or os.path.expanduser("~/.config/gcloud")
+    return os.path.join(config, "application_default_credentials.json")
+
+
+def _origin(url: str) -> str:
+    """The SDK takes STORAGE_EMULATOR_HOST with or without its scheme."""
+    url = url.rstrip("/")
+    return url if "://" in url else f"http://{url}"
+
+
+class Token:
+    """The service account's access token from the metadata server, renewed before expiry;
+    one per metadata host, so a warm instance's models share it."""
+
+    _all: dict[str, Token] = {}
+    _all_lock = threading.Lock()
+
+    def __init__(self, host: str, connections: web.Connections) -> None:
+        self._origin = f"http://{host}"
+        self._connections = connections
+        self._lock = threading.Lock()
+        self._value, self._renew_at = "", 0.0
+
+    @classmethod
+    def of(cls, host: str, connections: web.Connections) -> Token:
+        with cls._all_lock:
+            return cls._all.setdefault(host, cls(host, connections))
+
+    def header(self, what: str) -> dict[str, str]:
+        with self._lock:
+            if time.monotonic() >= self._renew_at:
+                self._fetch(what)
+            return {"Authorization": f"Bearer {self._value}"}
+
+    def forget(self) -> bool:
+        with self._lock:
+            self._renew_at = 0.0
+        return True
+
+    def _fetch(self, what: str) -> None:
+        where = f"{what}: credentials: the metadata server {self._origin}"
+
+        def fail(exc: web.Failure) -> StorageError:
+            return StorageError(f"{where} answered {exc.status} {exc.message}")
+
+        body = web.retrying(lambda: self._connections.get(
+            self._origin, TOKEN_PATH, {"Metadata-Flavor": "Google"}, _failure, web.read),
+            fail, f"{where} cannot be reached")
+        try:
+            answer = json.loads(body)
+            self._value = str(answer["access_token"])
+            lifetime = float(answer.get("expires_in", 3600))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StorageError(f"{where} sent no token: {body[:200]!r}") from exc
+        self._renew_at = time.monotonic() + lifetime - REFRESH_S
+
+
+class GcsRestBackend:
+    """One bucket through Cloud Storage's JSON API; core.storage.remote's Backend."""
+
+    scheme = "gs"
+
+    def __init__(self, bucket: str, where: Where) -> None:
+        self.bucket = bucket
+        self._origin = where.endpoint
+        self._connections = web.Connections("REQUESTS_CA_BUNDLE")
+        self._token = Token.of(where.metadata, self._connections) if where.metadata else None
+        self._objects = f"/storage/v1/b/{quote(bucket, safe='')}/o"
+
+    def list_objects(self, prefix: str) -> Iterator[RemoteObject]:
+        query = {"maxResults": str(PAGE_SIZE), "prettyPrint": "false"}
+        if prefix:
+            query["prefix"] = prefix
+        what = f"Cannot list {self._url(prefix)}"
+        while True:
+            page = json.loads(self._call(self._objects, query, {}, what, web.read, listing=True))
+            for item in page.get("items", ()):
+                tag = f"{item.get('generation')}:{item.get('md5Hash') or item.get('etag')}"
+                yield RemoteObject(item["name"], int(item.get("size") or 0), tag)
+            if not page.get("nextPageToken"):
+                return
+            query["pageToken"] = page["nextPageToken"]
+
+    def read(self, key: str) -> bytes:
+        return self._call(self._media(key), {"alt": "media"}, {}, f"Cannot read {self._url(key)}",
+                          web.read)
+
+    def download(self, obj: RemoteObject, dest: Path) -> None:
+        what = f"Cannot download {self._url(obj.key)}"
+
+        def get(headers: dict[str, str], use: Callable[[web.Response], int]) -> int:
+            query = {"alt": "media"}
+            tag = headers.get("If-Match")
+            if tag:  # a part reads the listed generation: a replaced object 404s, not mixes
+                query["generation"] = tag.split(":", 1)[0]
+            ranged = {name: value for name, value in headers.items() if name != "If-Match"}
+            return self._call(self._media(obj.key), query, ranged, what, use)
+
+        web.download(obj, dest, what, get)
+
+    def _url(self, key: str) -> str:
+        return f"gs://{self.bucket}/{key}"
+
+    def _media(self, key: str) -> str:
+        return f"/download{self._objects}/{quote(key, safe='~')}"
+
+    def _call(self, path: str, query: dict[str, str], headers: dict[str, str], what: str,
+              use: Callable[[web.Response], T], listing: bool = False) -> T:
+        url = f"{path}?{urlencode(query)}"
+
+        def fail(exc: web.Failure) -> StorageError:
+            return StorageError(f"{what}: {self._describe(exc, url, listing)}")
+
+        def once() -> T:
+            sent = {**headers, **(self._token.header(what) if self._token else {})}
+            return self._connections.get(self._origin, url, sent, _failure, use)
+
+        return web.retrying(once, fail, f"{what}: cannot reach Cloud Storage", self._renew)
+
+    def _renew(self, exc: web.Failure) -> bool:
+        """A 401 with a token goes again once with a new one (as google-auth's session)."""
+        return exc.status == 401 and self._token is not None and self._token.forget()
+
+    def _describe(self, exc: web.Failure, url: str, listing: bool) -> str:
+        """The cause in the words of gcs.py's SDK path (google-api-core's messages)."""
+        if exc.status == 404:  # a listing only 404s for the bucket
+            return f"bucket '{self.bucket}' does not exist" if listing else "object not found"
+        message = f"GET {self._origin}{url}: {exc.message}"
+        if exc.status in (401, 403):
+            return f"access denied: {message}"
+        return f"{exc.status} {message}"
+
+
+def _failure(response: web.Response, body: bytes) -> web.Failure:
+    """An error answer; Cloud Storage words it in JSON: {"error": {"message": ...}}."""
+    message: Any = response.reason or str(response.status)
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        message = json.loads(body)["error"]["message"] or message
+    return web.Failure(response.status, str(response.status), str(message))

@@ -1,0 +1,320 @@
+"""The Cloud Storage REST client (core.storage.gcs_rest) against gcp-storage-emulator: listings
+identical to google-cloud-storage's, ranged downloads, the metadata server's token as Cloud
+Run gives it (a local metadata server that google-auth itself accepts), and the rule that
+picks it over the SDK."""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import StorageError
+from core.storage import gcs, gcs_rest, open_repository, web
+from tests.emulators import Emulator, free_port
+from tests.storage.helpers import GcsStore, Store, modules_of_a_fetch, use_env
+
+ODD_NAMES = ("a b+c%d=e.bin", "é/ü~x.txt", "semi;colon,comma&amp#hash?q.txt")
+FLAVOR = {"Metadata-Flavor": "Google"}
+
+
+@pytest.fixture
+def gs_store(emulators: dict[str, Emulator], monkeypatch: pytest.MonkeyPatch) -> Store:
+    use_env(monkeypatch, emulators["gs"])
+    monkeypatch.setattr(gcs_rest.Token, "_all", {})
+    return GcsStore(emulators["gs"]).create()
+
+
+def _sdk_backend(store: Store, monkeypatch: pytest.MonkeyPatch) -> gcs.GcsBackend:
+    with monkeypatch.context() as env:
+        env.setenv("OVS_GCS_CLIENT", "sdk")
+        sdk = gcs.backend(store.bucket)
+    assert isinstance(sdk, gcs.GcsBackend)
+    return sdk
+
+
+def _read_all(url: str, cache_dir: Path) -> dict[str, bytes]:
+    folder = open_repository(url, cache_dir).fetch(1)
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in folder.rglob("*") if p.is_file()}
+
+
+class _Server:
+    """A threaded HTTP/1.1 server on 127.0.0.1 whose GETs `answer(handler)` serves."""
+
+    def __init__(self) -> None:
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                status, headers, body = server.answer(self)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http.daemon_threads = True
+        self.host = f"127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def answer(self, request: http.server.BaseHTTPRequestHandler
+               ) -> tuple[int, dict[str, str], bytes]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+class Metadata(_Server):
+    """A metadata server as Cloud Run's answers google-auth: its probe, the project, the
+    service account, and an access token (a new one each time, `tok-N`, valid until
+    `valid` is cleared); like the real one it refuses a request without
+    `Metadata-Flavor: Google`."""
+
+    def __init__(self, expires_in: int = 3599) -> None:
+        super().__init__()
+        self.expires_in = expires_in
+        self.issued = 0
+        self.valid: set[str] = set()
+
+    def answer(self, request: http.server.BaseHTTPRequestHandler
+               ) -> tuple[int, dict[str, str], bytes]:
+        if request.headers.get("Metadata-Flavor") != "Google":
+            return 403, FLAVOR, b"Missing Metadata-Flavor:Google header."
+        path = request.path.split("?")[0].removeprefix("/computeMetadata/v1/")
+        if path.startswith("instance/service-accounts/") and path.endswith("/token"):
+            self.issued += 1
+            self.valid.add(f"tok-{self.issued}")
+            body: Any = {"access_token": f"tok-{self.issued}", "expires_in": self.expires_in,
+                         "token_type": "Bearer"}
+        elif path.startswith("instance/service-accounts/") and path.endswith("/"):
+            body = {"aliases": ["default"], "email": "run@ovs-test.iam.gserviceaccount.com",
+                    "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}
+        elif path in ("project/project-id", "universe/universe-domain"):
+            return 200, {**FLAVOR, "Content-Type": "text/plain"}, (
+                b"ovs-test" if path.startswith("project") else b"googleapis.com")
+        elif path in ("", "/"):
+            return 200, FLAVOR, b""
+        else:
+            return 404, FLAVOR, b"not found"
+        return 200, {**FLAVOR, "Content-Type": "application/json"}, json.dumps(body).encode()
+
+
+class BearerFront(_Server):
+    """Cloud Storage's door in front of the emulator: a request must carry a valid token of
+    the metadata server's, else Cloud Storage's 401 answer; the rest goes to the emulator."""
+
+    def __init__(self, emulator_port: int, metadata: Metadata) -> None:
+        super().__init__()
+        self.port, self.metadata = emulator_port, metadata
+        self.seen: list[tuple[str, str]] = []  # (Authorization, path)
+
+    def answer(self, request: http.server.BaseHTTPRequestHandler
+               ) -> tuple[int, dict[str, str], bytes]:
+        auth = request.headers.get("Authorization", "")
+        self.seen.append((auth, request.path))
+        if auth.removeprefix("Bearer ") not in self.metadata.valid:
+            error = {"error": {"code": 401, "message": "Invalid Credentials",
+                               "errors": [{"reason": "authError"}]}}
+            return 401, {"Content-Type": "application/json"}, json.dumps(error).encode()
+        upstream = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
+        upstream.request("GET", request.path, headers=headers)
+        reply = upstream.getresponse()
+        body = reply.read()
+        kept = {name: value for name, value in reply.getheaders()
+                if name.lower() not in ("connection", "content-length", "server", "date")}
+        return reply.status, kept, body
+
+
+@pytest.fixture
+def cloud_run(gs_store: Store, monkeypatch: pytest.MonkeyPatch
+              ) -> Iterator[tuple[Metadata, BearerFront]]:
+    """gs_store as Cloud Run reaches Cloud Storage: no emulator variable, the service
+    account's token from the metadata server, checked at the front door."""
+    metadata = Metadata()
+    front = BearerFront(gs_store.emulator.port, metadata)
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    for name, value in {"K_SERVICE": "ovs", "GCE_METADATA_HOST": metadata.host,
+                        "GCE_METADATA_IP": metadata.host,
+                        "API_ENDPOINT_OVERRIDE": f"http://{front.host}"}.items():
+        monkeypatch.setenv(name, value)
+    try:
+        yield metadata, front
+    finally:
+        front.close()
+        metadata.close()
+
+
+def test_odd_names_read_and_list_as_on_the_sdk(
+    gs_store: Store, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = gs_store.put_version("m", 1, 2.0)
+    for name in ODD_NAMES:
+        gs_store.put(f"m/1/{name}", name.encode())
+    gs_store.put("other/1/x.bin", b"x")
+    rest = gcs.backend(gs_store.bucket)
+    assert isinstance(rest, gcs_rest.GcsRestBackend)
+    assert list(rest.list_objects("m/")) == list(
+        _sdk_backend(gs_store, monkeypatch).list_objects("m/"))  # generation tags too
+    expected = {**files, **{name: name.encode() for name in ODD_NAMES}}
+    assert _read_all(gs_store.url("m"), cache_dir) == expected
+
+
+def test_big_file_downloads_in_ranges_of_the_listed_generation(
+    gs_store: Store, cache_dir: Path, cloud_run: tuple[Metadata, BearerFront]
+) -> None:
+    big = bytes(range(256)) * ((web.RANGED_MIN_BYTES + web.PART_BYTES // 2) // 256)
+    gs_store.put("m/1/model.bin", big)
+    gs_store.put("m/1/model.xml", b"<net/>")
+    folder = open_repository(gs_store.url("m"), cache_dir).fetch(1)
+    assert (folder / "model.bin").read_bytes() == big
+    listed = gcs.backend(gs_store.bucket).list_objects("m/1/model.bin")
+    generation = next(iter(listed)).tag.split(":")[0]
+    parts = [path for _, path in cloud_run[1].seen if "model.bin" in path and "alt=media" in path]
+    assert len(parts) == 3 and all(f"generation={generation}" in path for path in parts)
+
+
+def test_cloud_run_reads_with_the_metadata_token_and_imports_no_sdk(
+    gs_store: Store, cloud_run: tuple[Metadata, BearerFront], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metadata, front = cloud_run
+    gs_store.put_version("m", 1, 2.0)
+    env = dict(os.environ)
+    modules = modules_of_a_fetch(gs_store.url("m"), env)
+    sdk = ("google.auth", "google.api_core", "google.cloud.storage", "requests")
+    assert not {m for m in modules if m.startswith(sdk)}
+    assert metadata.issued == 1 and front.seen
+    assert all(auth == "Bearer tok-1" for auth, _ in front.seen)
+
+    front.seen.clear()  # the SDK reads through the same doors: they are as google-auth expects
+    modules_of_a_fetch(gs_store.url("m"), {**env, "OVS_GCS_CLIENT": "sdk"})
+    assert front.seen and all(auth.startswith("Bearer tok-") and auth != "Bearer tok-1"
+                              for auth, _ in front.seen)
+
+
+def test_one_token_serves_every_model_until_it_nears_expiry(
+    gs_store: Store, cache_dir: Path, cloud_run: tuple[Metadata, BearerFront]
+) -> None:
+    metadata, _ = cloud_run
+    for name in ("a", "b"):
+        gs_store.put_version(name, 1, 2.0)
+        open_repository(gs_store.url(name), cache_dir / name).fetch(1)
+    assert metadata.issued == 1
+
+    metadata.expires_in = gcs_rest.REFRESH_S  # due for renewal as soon as it arrives
+    gcs_rest.Token._all.clear()
+    backend = gcs.backend(gs_store.bucket)
+    backend.read("a/1/model.xml")
+    backend.read("a/1/model.xml")
+    assert metadata.issued == 3
+
+
+def test_a_revoked_token_is_renewed_once_and_a_refused_one_is_access_denied(
+    gs_store: Store, cloud_run: tuple[Metadata, BearerFront], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metadata, front = cloud_run
+    gs_store.put("k", b"model")
+    backend = gcs.backend(gs_store.bucket)
+    assert backend.read("k") == b"model"
+    metadata.valid.clear()  # tok-1 is revoked
+    assert backend.read("k") == b"model"
+    assert [auth for auth, _ in front.seen[-2:]] == ["Bearer tok-1", "Bearer tok-2"]
+
+    monkeypatch.setattr(BearerFront, "answer", lambda self, request: (
+        401, {}, b'{"error": {"code": 401, "message": "Invalid Credentials"}}'))
+    with pytest.raises(StorageError) as info:
+        backend.read("k")
+    assert str(info.value) == (f"Cannot read gs://{gs_store.bucket}/k: access denied: GET "
+                               f"http://{front.host}/download/storage/v1/b/{gs_store.bucket}"
+                               f"/o/k?alt=media: Invalid Credentials")
+
+
+def test_an_unreachable_metadata_server_is_a_credentials_error(
+    gs_store: Store, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    monkeypatch.setenv("K_SERVICE", "ovs")
+    monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{free_port()}")
+    monkeypatch.setattr(web, "backoff", lambda attempt: None)
+    with pytest.raises(StorageError, match=r"Cannot list gs://.*/m/: credentials: the metadata "
+                                           r"server http://127\.0\.0\.1:\d+ cannot be reached"):
+        open_repository(gs_store.url("m"), cache_dir).versions()
+
+
+def test_a_missing_bucket_and_object_read_as_on_the_sdk_path(
+    gs_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def texts(present: Any, gone: Any) -> list[str]:
+        errors = []
+        for call in (lambda: list(gone.list_objects("m/")), lambda: present.read("m/x")):
+            with pytest.raises(StorageError) as info:
+                call()
+            errors.append(str(info.value).replace(gs_store.bucket, "B"))
+        return errors
+
+    sdk = _sdk_backend(gs_store, monkeypatch)
+    missing = f"gone-{gs_store.bucket}"
+    rest_texts = texts(gcs.backend(gs_store.bucket), gcs.backend(missing))
+    assert rest_texts == texts(sdk, gcs.GcsBackend(missing))
+    assert rest_texts == ["Cannot list gs://gone-B/m/: bucket 'gone-B' does not exist",
+                          "Cannot read gs://B/m/x: object not found"]
+
+
+@pytest.mark.parametrize(("env", "chosen"), [
+    ({"STORAGE_EMULATOR_HOST": "127.0.0.1:9023"}, gcs_rest.Where("http://127.0.0.1:9023")),
+    ({"K_SERVICE": "svc"}, gcs_rest.Where(gcs_rest.API, gcs_rest.METADATA_HOST)),
+    ({"CLOUD_RUN_JOB": "job", "API_ENDPOINT_OVERRIDE": "https://gcs.example/"},
+     gcs_rest.Where("https://gcs.example", gcs_rest.METADATA_HOST)),
+    ({"FUNCTION_TARGET": "predict", "GCE_METADATA_HOST": "10.0.0.1:8080"},
+     gcs_rest.Where(gcs_rest.API, "10.0.0.1:8080")),
+    ({"K_SERVICE": "svc", "GOOGLE_APPLICATION_CREDENTIALS": "/key.json"}, None),
+    ({"K_SERVICE": "svc", "GCE_METADATA_MTLS_MODE": "strict"}, None),
+    ({"K_SERVICE": "svc", "GOOGLE_CLOUD_UNIVERSE_DOMAIN": "example.goog"}, None),
+    ({"K_SERVICE": "svc", "HTTPS_PROXY": "http://proxy:3128"}, None),
+    ({"K_SERVICE": "svc", "OVS_GCS_CLIENT": "sdk"}, None),
+    ({"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023", "OVS_GCS_CLIENT": "sdk"}, None),
+    ({}, None),  # elsewhere, the SDK finds ADC or falls back to anonymous access
+], ids=["emulator", "cloud-run", "job-override", "function-metadata-host", "key-file",
+        "mtls", "universe", "proxy", "sdk", "emulator-sdk", "elsewhere"])
+def test_which_client_reads_the_bucket(
+    env: dict[str, str], chosen: gcs_rest.Where | None, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path
+) -> None:
+    for name in (*gcs_rest._ON_GOOGLE, "STORAGE_EMULATOR_HOST", "API_ENDPOINT_OVERRIDE",
+                 "GOOGLE_APPLICATION_CREDENTIALS", "GCE_METADATA_ROOT", "OVS_GCS_CLIENT",
+                 "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert gcs_rest.choose() == chosen
+
+
+def test_gcloud_credentials_and_an_unknown_setting_are_not_the_rest_clients(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("K_SERVICE", "svc")
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    (tmp_path / "application_default_credentials.json").write_text("{}")
+    assert gcs_rest.choose() is None
+    monkeypatch.setenv("OVS_GCS_CLIENT", "rest")
+    with pytest.raises(StorageError, match="OVS_GCS_CLIENT must be auto or sdk, not 'rest'"):
+        gcs_rest.choose()
