@@ -107,8 +107,8 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
     """Every scenario `repeat` times, interleaved (round after round of every scenario, so a
     slow spell of the machine hits all rows alike); medians. `variants` / `ff_variants`: extra
     env sets to compare, for the Lambda probe / the real functions-framework. `remotes`: the
-    buckets on emulators (bench/run.py's s3_upload, azure_upload), each with its own minimal
-    script that downloads through the provider's SDK."""
+    buckets on emulators (bench/run.py's s3_upload, azure_upload, gcs_upload), each with its
+    own minimal script that downloads through the provider's SDK."""
     compile_sources()
     request = request_file(root, model, model_file, x)
     http = kserve_binary(model, x)
@@ -190,7 +190,7 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
     return {"rows": rows, "runs": runs}
 
 
-REMOTE_LABELS = ("S3", "Azure Blob")
+REMOTE_LABELS = ("S3", "Azure Blob", "GCS")
 
 
 def baseline(rows: dict[str, dict[str, float]], name: str) -> dict[str, float]:

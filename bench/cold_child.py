@@ -1,8 +1,9 @@
 """One cold start, in a fresh interpreter: `python bench/cold_child.py HOST REQUEST_FILE [MODEL]`.
 
 HOST is `minimal` (import openvino, compile_model(path), infer: the floor), `minimal-s3` /
-`minimal-az` (the same after downloading the files with boto3 / azure-storage-blob), `lambda`
-(import handlers.aws_lambda, i.e. the Lambda init phase, then handler(event)), `azure` (import
+`minimal-az` / `minimal-gs` (the same after downloading the files with boto3 /
+azure-storage-blob / google-cloud-storage), `lambda` (import handlers.aws_lambda, i.e. the
+Lambda init phase, then handler(event)), `azure` (import
 handlers.azure_functions, as the Functions worker indexes it, then one call of its function
 with an azure.functions.HttpRequest), `cloud_run` (import functions-framework and
 handlers.cloud_run, then one request through functions_framework.create_app's test client) or
@@ -69,7 +70,7 @@ def minimal(request: dict[str, Any], store: str) -> dict[str, Any]:
     import numpy as np
     import openvino as ov
 
-    fetch = {"": None, "s3": _s3_fetcher, "az": _azure_fetcher}[store]
+    fetch = {"": None, "s3": _s3_fetcher, "az": _azure_fetcher, "gs": _gcs_fetcher}[store]
     get = fetch and fetch(request["bucket"])  # the SDK's import counts as import
     t_imported = time.time()
     path = request["model_file"]
@@ -114,6 +115,16 @@ def _azure_fetcher(container: str) -> Any:
             client.download_blob(key, max_concurrency=4).readinto(file)
 
     return get
+
+
+def _gcs_fetcher(bucket: str) -> Any:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    # the emulator takes anonymous requests (on Cloud Run, Client() asks the metadata server)
+    client = storage.Client(project="bench", credentials=AnonymousCredentials())
+    handle = client.bucket(bucket)
+    return lambda key, dest: handle.blob(key).download_to_filename(str(dest))
 
 
 def azure_host(request: dict[str, Any]) -> dict[str, Any]:

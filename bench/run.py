@@ -11,8 +11,9 @@ Models (built here, deterministically): `classifier` = demo.models.classifier(ba
 model (the same classifier with a dynamic batch dim). One `ov-serverless serve` (REST + gRPC)
 serves all three; one MLServer (bench/peer.py, in bench/.peer-venv, created on first run)
 serves the same IRs; both are driven by the same client code (bench/cases.py) in this process.
-Cold start: bench/cold.py, on resnet50, local disk, S3 (moto) and Azure Blob (Azurite), the
-emulators as tests/emulators.py runs them (`--no-s3`, `--no-azure` leave them out).
+Cold start: bench/cold.py, on resnet50, local disk, S3 (moto), Azure Blob (Azurite) and Cloud
+Storage (gcp-storage-emulator), the emulators as tests/emulators.py runs them (`--no-s3`,
+`--no-azure`, `--no-gcs` leave them out).
 """
 
 from __future__ import annotations
@@ -231,6 +232,29 @@ def azure_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
                               {"OVS_AZURE_CLIENT": "sdk"}}}
 
 
+def gcs_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
+    """Start gcp-storage-emulator and upload the model version; (emulator, the remote dict
+    cold.run takes) for the functions-framework probe (a Cloud Run function) reading it."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from tests.emulators import FakeGcs
+
+    emulator = FakeGcs().start()
+    with environ(emulator.env):
+        client = storage.Client(project="bench", credentials=AnonymousCredentials())
+        bucket = client.create_bucket("models")
+        keys = []
+        for path in sorted((model_dir / "1").rglob("*")):
+            if path.is_file():
+                keys.append(f"{model}/1/{path.relative_to(model_dir / '1').as_posix()}")
+                bucket.blob(keys[-1]).upload_from_filename(str(path))
+    return emulator, {"label": "GCS", "store": "gs", "host": "cloud_run",
+                      "row": "functions-framework, GCS", "bucket": "models", "keys": keys,
+                      "url": f"gs://models/{model}", "env": {**emulator.env, "K_SERVICE": "bench"},
+                      "variants": {"functions-framework, GCS SDK": {"OVS_GCS_CLIENT": "sdk"}}}
+
+
 def make_blob(root: Path, model: str, model_path: str) -> Path:
     """The compiled blob a Lambda (LATENCY, one request at a time) would import, made the
     documented way (core.compiled_cache.export_manager), into root/blobs."""
@@ -275,7 +299,8 @@ def run_cold(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload
     variants = {"Lambda, baked blob": baked,
                 "Lambda, openvino with ovc": {"OVS_IMPORT_OVC": "1"}}
     uploads = ([lambda: s3_upload(root, model_dir, model)] if args.s3 else []) + \
-        ([lambda: azure_upload(model_dir, model)] if args.azure else [])
+        ([lambda: azure_upload(model_dir, model)] if args.azure else []) + \
+        ([lambda: gcs_upload(model_dir, model)] if args.gcs else [])
     try:
         for upload in uploads:
             emulator, remote = upload()
@@ -301,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-warm", dest="warm", action="store_false")
     parser.add_argument("--no-s3", dest="s3", action="store_false")
     parser.add_argument("--no-azure", dest="azure", action="store_false")
+    parser.add_argument("--no-gcs", dest="gcs", action="store_false")
     parser.add_argument("--ab", action="store_true",
                         help="also serve without each optimisation (before/after rows)")
     parser.add_argument("--out", default="bench")
