@@ -1,7 +1,7 @@
-"""What the REST storage clients (s3_rest, azure_rest) share: keep-alive connections, GETs
-retried with backoff as the SDKs retry, bodies copied into a file (by ranges, in parallel,
-for big files), XML read without namespaces, and the proxy check that sends a set-up with a
-proxy to the SDK (these clients do not speak to proxies).
+"""What the REST storage clients (s3_rest, azure_rest, gcs_rest) share: keep-alive
+connections, GETs retried with backoff as the SDKs retry, bodies copied into a file (by
+ranges, in parallel, for big files), XML read without namespaces, and the proxy check that
+sends a set-up with a proxy to the SDK (these clients do not speak to proxies).
 """
 
 from __future__ import annotations
