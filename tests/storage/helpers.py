@@ -196,6 +196,32 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
+def read_version_1(store: Store, cache_dir: Path) -> dict[str, bytes]:
+    """Every file of version 1 of model `m` in `store`, fetched as the server fetches it."""
+    from core.storage import open_repository
+
+    folder = open_repository(store.url("m"), cache_dir).fetch(1)
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in folder.rglob("*") if p.is_file()}
+
+
+def forward(port: int, path: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    """A GET passed on to the emulator on `port` -> its (status, headers, body), less the
+    headers of that hop (for test fronts that stand where the provider's door would)."""
+    import http.client
+
+    upstream = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        upstream.request("GET", path, headers=headers)
+        reply = upstream.getresponse()
+        body = reply.read()
+    finally:
+        upstream.close()
+    kept = {name: value for name, value in reply.getheaders()
+            if name.lower() not in ("connection", "content-length", "server", "date")}
+    return reply.status, kept, body
+
+
 def modules_of_a_fetch(url: str, env: dict[str, str]) -> set[str]:
     """The modules a fresh interpreter holds after fetching version 1 of `url` with `env`."""
     import json

@@ -13,7 +13,7 @@ import pytest
 from core.errors import StorageError
 from core.storage import azure, azure_rest, open_repository, web
 from tests.emulators import AZURITE_ACCOUNT, AZURITE_KEY, Emulator
-from tests.storage.helpers import AzureStore, Store, modules_of_a_fetch, use_env
+from tests.storage.helpers import AzureStore, Store, modules_of_a_fetch, read_version_1, use_env
 
 ODD_NAMES = ("a b+c%d=e.bin", "é/ü~x.txt", "semi;colon,comma&amp.txt", "q?hash#.bin")
 CONN = "AZURE_STORAGE_CONNECTION_STRING"
@@ -33,18 +33,12 @@ def _sdk_backend(store: Store, monkeypatch: pytest.MonkeyPatch) -> azure.AzureBa
     return sdk
 
 
-def _read_all(store: Store, cache_dir: Path) -> dict[str, bytes]:
-    folder = open_repository(store.url("m"), cache_dir).fetch(1)
-    return {p.relative_to(folder).as_posix(): p.read_bytes()
-            for p in folder.rglob("*") if p.is_file()}
-
-
 def test_signed_reads_of_odd_names_pass_azurite_checks(az_store: Store, cache_dir: Path) -> None:
     files = az_store.put_version("m", 1, 2.0)
     for name in ODD_NAMES:
         az_store.put(f"m/1/{name}", name.encode())
     assert isinstance(azure.backend(az_store.bucket), azure_rest.AzureRestBackend)
-    assert _read_all(az_store, cache_dir) == {**files, **{n: n.encode() for n in ODD_NAMES}}
+    assert read_version_1(az_store, cache_dir) == {**files, **{n: n.encode() for n in ODD_NAMES}}
 
 
 def test_listing_pages_and_names_match_the_sdk(
@@ -114,7 +108,7 @@ def test_a_sas_in_the_connection_string_reads_the_container(
     endpoint = f"{az_store.emulator.endpoint}/{AZURITE_ACCOUNT}"
     monkeypatch.setenv(CONN, f"BlobEndpoint={endpoint};SharedAccessSignature={sas}")
     assert azure.backend(az_store.bucket)._account.sas == sas  # type: ignore[attr-defined]
-    assert _read_all(az_store, cache_dir) == files
+    assert read_version_1(az_store, cache_dir) == files
 
     denied = sas.replace("sp=rl", "sp=r")  # no list permission: the signature breaks
     monkeypatch.setenv(CONN, f"BlobEndpoint={endpoint};SharedAccessSignature={denied}")

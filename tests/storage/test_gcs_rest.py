@@ -19,7 +19,14 @@ import pytest
 from core.errors import StorageError
 from core.storage import gcs, gcs_rest, open_repository, web
 from tests.emulators import Emulator, free_port
-from tests.storage.helpers import GcsStore, Store, modules_of_a_fetch, use_env
+from tests.storage.helpers import (
+    GcsStore,
+    Store,
+    forward,
+    modules_of_a_fetch,
+    read_version_1,
+    use_env,
+)
 
 ODD_NAMES = ("a b+c%d=e.bin", "é/ü~x.txt", "semi;colon,comma&amp#hash?q.txt")
 FLAVOR = {"Metadata-Flavor": "Google"}
@@ -38,12 +45,6 @@ def _sdk_backend(store: Store, monkeypatch: pytest.MonkeyPatch) -> gcs.GcsBacken
         sdk = gcs.backend(store.bucket)
     assert isinstance(sdk, gcs.GcsBackend)
     return sdk
-
-
-def _read_all(url: str, cache_dir: Path) -> dict[str, bytes]:
-    folder = open_repository(url, cache_dir).fetch(1)
-    return {p.relative_to(folder).as_posix(): p.read_bytes()
-            for p in folder.rglob("*") if p.is_file()}
 
 
 class _Server:
@@ -133,14 +134,8 @@ class BearerFront(_Server):
             error = {"error": {"code": 401, "message": "Invalid Credentials",
                                "errors": [{"reason": "authError"}]}}
             return 401, {"Content-Type": "application/json"}, json.dumps(error).encode()
-        upstream = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
-        upstream.request("GET", request.path, headers=headers)
-        reply = upstream.getresponse()
-        body = reply.read()
-        kept = {name: value for name, value in reply.getheaders()
-                if name.lower() not in ("connection", "content-length", "server", "date")}
-        return reply.status, kept, body
+        return forward(self.port, request.path, headers)
 
 
 @pytest.fixture
@@ -174,7 +169,7 @@ def test_odd_names_read_and_list_as_on_the_sdk(
     assert list(rest.list_objects("m/")) == list(
         _sdk_backend(gs_store, monkeypatch).list_objects("m/"))  # generation tags too
     expected = {**files, **{name: name.encode() for name in ODD_NAMES}}
-    assert _read_all(gs_store.url("m"), cache_dir) == expected
+    assert read_version_1(gs_store, cache_dir) == expected
 
 
 def test_big_file_downloads_in_ranges_of_the_listed_generation(

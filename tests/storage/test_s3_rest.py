@@ -20,7 +20,14 @@ import pytest
 from core.errors import StorageError
 from core.storage import open_repository, s3, s3_rest, web
 from tests.emulators import Emulator
-from tests.storage.helpers import S3Store, Store, modules_of_a_fetch, use_env
+from tests.storage.helpers import (
+    S3Store,
+    Store,
+    forward,
+    modules_of_a_fetch,
+    read_version_1,
+    use_env,
+)
 
 ODD_KEYS = ("a b+c%d=e.bin", "é/ü~x.txt", "semi;colon,comma&amp.txt")
 
@@ -66,13 +73,6 @@ def _reader_keys(store: Store) -> dict[str, str]:
             "role_token": temp["SessionToken"]}
 
 
-def _read_all(store: Store, cache_dir: Path) -> dict[str, bytes]:
-    repo = open_repository(store.url("m"), cache_dir)
-    folder = repo.fetch(1)
-    return {p.relative_to(folder).as_posix(): p.read_bytes()
-            for p in folder.rglob("*") if p.is_file()}
-
-
 def test_signed_requests_pass_moto_checks_for_user_and_role_keys(
     s3_store: Store, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -86,12 +86,12 @@ def test_signed_requests_pass_moto_checks_for_user_and_role_keys(
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["user_key"])
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys["user_secret"])
         assert isinstance(s3.backend(s3_store.bucket, None), s3_rest.S3RestBackend)
-        assert _read_all(s3_store, cache_dir / "user") == expected
+        assert read_version_1(s3_store, cache_dir / "user") == expected
 
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["role_key"])
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys["role_secret"])
         monkeypatch.setenv("AWS_SESSION_TOKEN", keys["role_token"])
-        assert _read_all(s3_store, cache_dir / "role") == expected
+        assert read_version_1(s3_store, cache_dir / "role") == expected
     finally:
         _auth_after(s3_store, 10**9)
 
@@ -226,14 +226,10 @@ class KeepAliveFront:
                     self.end_headers()
                     self.wfile.write(body)
                     return
-                upstream = http.client.HTTPConnection("127.0.0.1", backend_port, timeout=10)
-                upstream.request("GET", self.path, headers=dict(self.headers))
-                reply = upstream.getresponse()
-                body = reply.read()
-                self.send_response(reply.status)
-                for name, value in reply.getheaders():
-                    if name.lower() not in ("connection", "content-length", "server", "date"):
-                        self.send_header(name, value)
+                status, headers, body = forward(backend_port, self.path, dict(self.headers))
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
