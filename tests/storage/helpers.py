@@ -205,7 +205,48 @@ def read_version_1(store: Store, cache_dir: Path) -> dict[str, bytes]:
             for p in folder.rglob("*") if p.is_file()}
 
 
-def forward(port: int, path: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+Answer = tuple[int, dict[str, str], bytes]  # status, headers, body
+
+
+class Front:
+    """A threaded HTTP/1.1 server on 127.0.0.1 (keep-alive, as the providers' doors) whose
+    GETs `answer(request)` serves; `host` is its host:port."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                status, headers, body = front.answer(self)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http.daemon_threads = True
+        self.host = f"127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def answer(self, request: Any) -> Answer:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def forward(port: int, path: str, headers: dict[str, str]) -> Answer:
     """A GET passed on to the emulator on `port` -> its (status, headers, body), less the
     headers of that hop (for test fronts that stand where the provider's door would)."""
     import http.client

@@ -5,11 +5,8 @@ picks it over the SDK."""
 
 from __future__ import annotations
 
-import http.client
-import http.server
 import json
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,8 @@ from core.errors import StorageError
 from core.storage import gcs, gcs_rest, open_repository, web
 from tests.emulators import Emulator, free_port
 from tests.storage.helpers import (
+    Answer,
+    Front,
     GcsStore,
     Store,
     forward,
@@ -47,42 +46,7 @@ def _sdk_backend(store: Store, monkeypatch: pytest.MonkeyPatch) -> gcs.GcsBacken
     return sdk
 
 
-class _Server:
-    """A threaded HTTP/1.1 server on 127.0.0.1 whose GETs `answer(handler)` serves."""
-
-    def __init__(self) -> None:
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:
-                status, headers, body = server.answer(self)
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.http.daemon_threads = True
-        self.host = f"127.0.0.1:{self.http.server_address[1]}"
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-
-    def answer(self, request: http.server.BaseHTTPRequestHandler
-               ) -> tuple[int, dict[str, str], bytes]:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-
-
-class Metadata(_Server):
+class Metadata(Front):
     """A metadata server as Cloud Run's answers google-auth: its probe, the project, the
     service account, and an access token (a new one each time, `tok-N`, valid until
     `valid` is cleared); like the real one it refuses a request without
@@ -94,8 +58,7 @@ class Metadata(_Server):
         self.issued = 0
         self.valid: set[str] = set()
 
-    def answer(self, request: http.server.BaseHTTPRequestHandler
-               ) -> tuple[int, dict[str, str], bytes]:
+    def answer(self, request: Any) -> Answer:
         if request.headers.get("Metadata-Flavor") != "Google":
             return 403, FLAVOR, b"Missing Metadata-Flavor:Google header."
         path = request.path.split("?")[0].removeprefix("/computeMetadata/v1/")
@@ -117,7 +80,7 @@ class Metadata(_Server):
         return 200, {**FLAVOR, "Content-Type": "application/json"}, json.dumps(body).encode()
 
 
-class BearerFront(_Server):
+class BearerFront(Front):
     """Cloud Storage's door in front of the emulator: a request must carry a valid token of
     the metadata server's, else Cloud Storage's 401 answer; the rest goes to the emulator."""
 
@@ -126,8 +89,7 @@ class BearerFront(_Server):
         self.port, self.metadata = emulator_port, metadata
         self.seen: list[tuple[str, str]] = []  # (Authorization, path)
 
-    def answer(self, request: http.server.BaseHTTPRequestHandler
-               ) -> tuple[int, dict[str, str], bytes]:
+    def answer(self, request: Any) -> Answer:
         auth = request.headers.get("Authorization", "")
         self.seen.append((auth, request.path))
         if auth.removeprefix("Bearer ") not in self.metadata.valid:

@@ -5,12 +5,9 @@ that picks it over boto3."""
 from __future__ import annotations
 
 import contextlib
-import http.client
-import http.server
 import json
 import os
 import socket
-import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,8 @@ from core.errors import StorageError
 from core.storage import open_repository, s3, s3_rest, web
 from tests.emulators import Emulator
 from tests.storage.helpers import (
+    Answer,
+    Front,
     S3Store,
     Store,
     forward,
@@ -199,7 +198,7 @@ MALFORMED = ("<Error><Code>AuthorizationHeaderMalformed</Code><Message>The autho
              "<Region>{want}</Region></Error>")
 
 
-class KeepAliveFront:
+class KeepAliveFront(Front):
     """An HTTP/1.1 front for moto (whose server closes every connection): it keeps client
     connections open between requests, as S3 does, forwards each request to moto, and
     `drop()` closes every client connection, as S3 does to idle ones. With `region`, a
@@ -207,42 +206,21 @@ class KeepAliveFront:
     with `redirect` S3's 301 with the region in x-amz-bucket-region."""
 
     def __init__(self, backend_port: int, region: str = "", redirect: bool = False) -> None:
-        front = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:
-                front.sockets.add(self.connection)
-                signed_for = self.headers.get("Authorization", "").split("/")[2]
-                if region and signed_for != region:
-                    front.refused += 1
-                    text = REDIRECT if redirect else MALFORMED.format(got=signed_for, want=region)
-                    body = text.encode()
-                    self.send_response(301 if redirect else 400)
-                    if redirect:
-                        self.send_header("x-amz-bucket-region", region)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                    return
-                status, headers, body = forward(backend_port, self.path, dict(self.headers))
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        self.port, self.region, self.redirect = backend_port, region, redirect
         self.sockets: set[socket.socket] = set()
         self.refused = 0
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__()
+        self.url = f"http://{self.host}"
+
+    def answer(self, request: Any) -> Answer:
+        self.sockets.add(request.connection)
+        signed_for = request.headers.get("Authorization", "").split("/")[2]
+        if not self.region or signed_for == self.region:
+            return forward(self.port, request.path, dict(request.headers))
+        self.refused += 1
+        if self.redirect:
+            return 301, {"x-amz-bucket-region": self.region}, REDIRECT.encode()
+        return 400, {}, MALFORMED.format(got=signed_for, want=self.region).encode()
 
     def drop(self) -> None:
         for sock in list(self.sockets):
@@ -252,8 +230,7 @@ class KeepAliveFront:
 
     def close(self) -> None:
         self.drop()
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 def test_connections_stay_open_and_one_the_server_closed_costs_no_retry(
