@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
@@ -82,7 +83,9 @@ class Metadata(Front):
 
 class BearerFront(Front):
     """Cloud Storage's door in front of the emulator: a request must carry a valid token of
-    the metadata server's, else Cloud Storage's 401 answer; the rest goes to the emulator."""
+    the metadata server's, else Cloud Storage's 401 answer; the rest goes to the emulator.
+    Listings come in pages of maxResults with a nextPageToken, as Cloud Storage sends them
+    (the emulator sends one page)."""
 
     def __init__(self, emulator_port: int, metadata: Metadata) -> None:
         super().__init__()
@@ -97,7 +100,20 @@ class BearerFront(Front):
                                "errors": [{"reason": "authError"}]}}
             return 401, {"Content-Type": "application/json"}, json.dumps(error).encode()
         headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
-        return forward(self.port, request.path, headers)
+        path, _, query = request.path.partition("?")
+        if not path.endswith("/o"):
+            return forward(self.port, request.path, headers)
+        asked = dict(parse_qsl(query))
+        start, size = int(asked.pop("pageToken", 0)), int(asked.pop("maxResults", 1000))
+        status, kept, body = forward(self.port, f"{path}?{urlencode(asked)}", headers)
+        if status != 200:
+            return status, kept, body
+        listing = json.loads(body)
+        items = listing.get("items", [])
+        page = {**listing, "items": items[start:start + size]}
+        if start + size < len(items):
+            page["nextPageToken"] = str(start + size)
+        return status, {"Content-Type": "application/json"}, json.dumps(page).encode()
 
 
 @pytest.fixture
@@ -132,6 +148,22 @@ def test_odd_names_read_and_list_as_on_the_sdk(
         _sdk_backend(gs_store, monkeypatch).list_objects("m/"))  # generation tags too
     expected = {**files, **{name: name.encode() for name in ODD_NAMES}}
     assert read_version_1(gs_store, cache_dir) == expected
+
+
+def test_listing_pages_match_the_sdk(
+    gs_store: Store, cloud_run: tuple[Metadata, BearerFront], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [f"m/1/part-{i:02d}.bin" for i in range(23)]
+    for name in names:
+        gs_store.put(name, name.encode())
+    gs_store.put("other/1/x.bin", b"x")
+    monkeypatch.setattr(gcs_rest, "PAGE_SIZE", 5)
+    listed = list(gcs.backend(gs_store.bucket).list_objects("m/"))
+    pages = [path for _, path in cloud_run[1].seen if "/o?" in path]
+    assert len(pages) == 5 and sum("pageToken=" in path for path in pages) == 4
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gs_store.emulator.endpoint)  # unpaged
+    assert listed == list(_sdk_backend(gs_store, monkeypatch).list_objects("m/"))
+    assert [obj.key for obj in listed] == names
 
 
 def test_big_file_downloads_in_ranges_of_the_listed_generation(
