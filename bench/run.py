@@ -179,6 +179,13 @@ def _serve(doc: dict[str, Any], label: str, hint: str, factories: dict[str, case
           flush=True)
 
 
+def version_files(model_dir: Path) -> list[tuple[Path, str]]:
+    """Version 1's files, each with its path relative to the version folder."""
+    folder = model_dir / "1"
+    return [(path, path.relative_to(folder).as_posix())
+            for path in sorted(folder.rglob("*")) if path.is_file()]
+
+
 def s3_upload(root: Path, model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
     """Start moto and upload the model version twice: as is under `<model>/`, and with a
     compiled blob next to it under `<model>-blob/`, exported from a manager serving that
@@ -192,12 +199,10 @@ def s3_upload(root: Path, model_dir: Path, model: str) -> tuple[Any, dict[str, A
                           aws_access_key_id="testing", aws_secret_access_key="testing")
     client.create_bucket(Bucket="models")
     keys = []
-    for path in sorted((model_dir / "1").rglob("*")):
-        if path.is_file():
-            name = path.relative_to(model_dir / "1").as_posix()
-            keys.append(f"{model}/1/{name}")
-            client.upload_file(str(path), "models", keys[-1])
-            client.upload_file(str(path), "models", f"{model}-blob/1/{name}")
+    for path, name in version_files(model_dir):
+        keys.append(f"{model}/1/{name}")
+        client.upload_file(str(path), "models", keys[-1])
+        client.upload_file(str(path), "models", f"{model}-blob/1/{name}")
     with environ(emulator.env):
         blob = make_blob(root / "s3", model, f"s3://models/{model}-blob")
     client.upload_file(str(blob), "models", f"{model}-blob/1/.ov-compiled/{blob.name}")
@@ -220,11 +225,10 @@ def azure_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
     container = ContainerClient.from_connection_string(emulator.connection_string, "models")
     container.create_container()
     keys = []
-    for path in sorted((model_dir / "1").rglob("*")):
-        if path.is_file():
-            keys.append(f"{model}/1/{path.relative_to(model_dir / '1').as_posix()}")
-            with path.open("rb") as data:
-                container.upload_blob(keys[-1], data)
+    for path, name in version_files(model_dir):
+        keys.append(f"{model}/1/{name}")
+        with path.open("rb") as data:
+            container.upload_blob(keys[-1], data)
     return emulator, {"label": "Azure Blob", "store": "az", "host": "azure",
                       "row": "Azure Functions, Azure Blob", "bucket": "models", "keys": keys,
                       "url": f"az://models/{model}", "env": emulator.env, "variants": {
@@ -245,10 +249,9 @@ def gcs_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
         client = storage.Client(project="bench", credentials=AnonymousCredentials())
         bucket = client.create_bucket("models")
         keys = []
-        for path in sorted((model_dir / "1").rglob("*")):
-            if path.is_file():
-                keys.append(f"{model}/1/{path.relative_to(model_dir / '1').as_posix()}")
-                bucket.blob(keys[-1]).upload_from_filename(str(path))
+        for path, name in version_files(model_dir):
+            keys.append(f"{model}/1/{name}")
+            bucket.blob(keys[-1]).upload_from_filename(str(path))
     return emulator, {"label": "GCS", "store": "gs", "host": "cloud_run",
                       "row": "functions-framework, GCS", "bucket": "models", "keys": keys,
                       "url": f"gs://models/{model}", "env": {**emulator.env, "K_SERVICE": "bench"},
