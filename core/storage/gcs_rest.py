@@ -51,9 +51,9 @@ def choose() -> Where | None:
     mode = os.environ.get("OVS_GCS_CLIENT", "auto").strip().lower() or "auto"
     if mode not in ("auto", "sdk"):
         raise StorageError(f"OVS_GCS_CLIENT must be auto or sdk, not {mode!r}")
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     if mode == "sdk":
         return None
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     if emulator:
         where = Where(_origin(emulator))
     elif _metadata_is_the_credential():
@@ -93,16 +93,18 @@ class Token:
     _all: dict[str, Token] = {}
     _all_lock = threading.Lock()
 
-    def __init__(self, host: str, connections: web.Connections) -> None:
+    def __init__(self, host: str) -> None:
         self._origin = f"http://{host}"
-        self._connections = connections
+        self._connections = web.Connections("")  # plain HTTP: no CA bundle
         self._lock = threading.Lock()
         self._value, self._renew_at = "", 0.0
 
     @classmethod
-    def of(cls, host: str, connections: web.Connections) -> Token:
+    def of(cls, host: str) -> Token:
         with cls._all_lock:
-            return cls._all.setdefault(host, cls(host, connections))
+            if host not in cls._all:
+                cls._all[host] = cls(host)
+            return cls._all[host]
 
     def header(self, what: str) -> dict[str, str]:
         with self._lock:
@@ -142,7 +144,7 @@ class GcsRestBackend:
         self.bucket = bucket
         self._origin = where.endpoint
         self._connections = web.Connections("REQUESTS_CA_BUNDLE")
-        self._token = Token.of(where.metadata, self._connections) if where.metadata else None
+        self._token = Token.of(where.metadata) if where.metadata else None
         self._objects = f"/storage/v1/b/{quote(bucket, safe='')}/o"
 
     def list_objects(self, prefix: str) -> Iterator[RemoteObject]:
