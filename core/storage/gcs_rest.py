@@ -5,10 +5,12 @@ included) come before every cold start's download.
 Taken where the SDK would find no key file and ask the metadata server: a Cloud Run service,
 job or function (K_SERVICE, CLOUD_RUN_JOB, FUNCTION_TARGET) or a set GCE_METADATA_HOST; and for
 the emulator (STORAGE_EMULATOR_HOST, anonymous, as the SDK). A key file
-(GOOGLE_APPLICATION_CREDENTIALS, gcloud's ADC file), a proxy, metadata mTLS, another universe,
-any other host, or OVS_GCS_CLIENT=sdk take the SDK. It makes two calls: objects.list and the
-media download (ranged, pinned to the listed generation, for big files), with the retries and
-error texts of the SDK path.
+(GOOGLE_APPLICATION_CREDENTIALS, gcloud's ADC file), NO_GCE_CHECK=true, a client certificate
+(mTLS), metadata mTLS, a proxy, another universe, any other host, or OVS_GCS_CLIENT=sdk take
+the SDK. K_SERVICE or GCE_METADATA_HOST set off Google makes this client ask for a metadata
+server that is not there (the SDK would go on anonymously): unset them, or OVS_GCS_CLIENT=sdk.
+It makes two calls: objects.list and the media download (ranged, pinned to the listed
+generation, for big files), with the retries and error texts of the SDK path.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 PAGE_SIZE = 1000  # objects.list's most per page
 REFRESH_S = 225  # google-auth renews a token this long before it expires
 _ON_GOOGLE = ("K_SERVICE", "CLOUD_RUN_JOB", "FUNCTION_TARGET", "GCE_METADATA_HOST")
+_USE_CLIENT_CERT = ("GOOGLE_API_USE_CLIENT_CERTIFICATE",
+                    "CLOUDSDK_CONTEXT_AWARE_USE_CLIENT_CERTIFICATE")
+_CERT_CONFIG = ("GOOGLE_API_CERTIFICATE_CONFIG",
+                "CLOUDSDK_CONTEXT_AWARE_CERTIFICATE_CONFIG_FILE_PATH")
+GKE_CERT_BUNDLE = ("/var/run/secrets/workload-spiffe-credentials/"
+                   "x509.credential-bundle.private-key.pem")
 T = TypeVar("T")
 
 
@@ -67,7 +75,10 @@ def choose() -> Where | None:
 
 def _metadata_is_the_credential() -> bool:
     """google.auth.default() would end at the metadata server, over plain HTTP."""
-    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or Path(_adc_file()).is_file():
+    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or Path(_gcloud_file(
+            "application_default_credentials.json")).is_file():
+        return False
+    if os.environ.get("NO_GCE_CHECK") == "true" or _client_certificate():
         return False
     if os.environ.get("GCE_METADATA_MTLS_MODE", "none").lower() != "none":
         return False
@@ -75,9 +86,20 @@ def _metadata_is_the_credential() -> bool:
     return universe == "googleapis.com" and any(os.environ.get(name) for name in _ON_GOOGLE)
 
 
-def _adc_file() -> str:
+def _client_certificate() -> bool:
+    """google-auth would send a client certificate: told to, or (untold) finding a certificate
+    config or GKE's workload bundle; the SDK then talks mTLS to its own endpoint."""
+    told = next((os.environ[name] for name in _USE_CLIENT_CERT if os.environ.get(name)), "")
+    if told:
+        return told.lower() == "true"
+    return (any(os.environ.get(name) for name in _CERT_CONFIG)
+            or Path(_gcloud_file("certificate_config.json")).is_file()
+            or Path(GKE_CERT_BUNDLE).exists())
+
+
+def _gcloud_file(name: str) -> str:
     config = os.environ.get("CLOUDSDK_CONFIG") or os.path.expanduser("~/.config/gcloud")
-    return os.path.join(config, "application_default_credentials.json")
+    return os.path.join(config, name)
 
 
 def _origin(url: str) -> str:
@@ -212,8 +234,10 @@ class GcsRestBackend:
 
 
 def _failure(response: web.Response, body: bytes) -> web.Failure:
-    """An error answer; Cloud Storage words it in JSON: {"error": {"message": ...}}."""
-    message: Any = response.reason or str(response.status)
+    """An error answer; Cloud Storage words it in JSON: {"error": {"message": ...}}, anything
+    else (a front end's page, a metadata server's text) is the message as it came, as
+    google-api-core takes it (cut short here)."""
+    message: Any = body[:300].decode("utf-8", "replace").strip() or "unknown error"
     with contextlib.suppress(ValueError, KeyError, TypeError):
         message = json.loads(body)["error"]["message"] or message
     return web.Failure(response.status, str(response.status), str(message))

@@ -174,9 +174,20 @@ def download(obj: RemoteObject, dest: Path, what: str, get: Get[int]) -> None:
 def _part(obj: RemoteObject, start: int, fd: int, what: str, get: Get[int]) -> None:
     end = min(start + PART_BYTES, obj.size) - 1
     got = get({"Range": f"bytes={start}-{end}", "If-Match": obj.tag},
-              lambda r: copy(r, fd, start))
+              lambda r: copy(_partial(r, what, start, end), fd, start))
     if got != end - start + 1:
         raise StorageError(f"{what}: got {got} bytes of range {start}-{end}")
+
+
+def _partial(response: Response, what: str, start: int, end: int) -> Response:
+    """A ranged answer, or the error for a whole object (written at `start` it would corrupt
+    the file): Cloud Storage ignores Range for an object it decompresses on the way."""
+    if response.status != 206:
+        raise StorageError(
+            f"{what}: bytes {start}-{end} were answered {response.status} with the whole object, "
+            "as Cloud Storage answers for one stored with Content-Encoding: gzip; "
+            "store model files without it (gcloud storage cp without -z/-Z)")
+    return response
 
 
 def copy(response: Response, fd: int, start: int, truncate: bool = False) -> int:

@@ -18,6 +18,7 @@ from core.errors import StorageError
 from core.storage import gcs, gcs_rest, open_repository, web
 from tests.emulators import Emulator, free_port
 from tests.storage.helpers import (
+    _FOREIGN_ENV,
     Answer,
     Front,
     GcsStore,
@@ -85,12 +86,14 @@ class BearerFront(Front):
     """Cloud Storage's door in front of the emulator: a request must carry a valid token of
     the metadata server's, else Cloud Storage's 401 answer; the rest goes to the emulator.
     Listings come in pages of maxResults with a nextPageToken, as Cloud Storage sends them
-    (the emulator sends one page)."""
+    (the emulator sends one page). `whole` answers a Range with the whole object, as Cloud
+    Storage does for an object it decompresses on the way (stored gzip-encoded)."""
 
     def __init__(self, emulator_port: int, metadata: Metadata) -> None:
         super().__init__()
         self.port, self.metadata = emulator_port, metadata
         self.seen: list[tuple[str, str]] = []  # (Authorization, path)
+        self.whole = False
 
     def answer(self, request: Any) -> Answer:
         auth = request.headers.get("Authorization", "")
@@ -99,7 +102,8 @@ class BearerFront(Front):
             error = {"error": {"code": 401, "message": "Invalid Credentials",
                                "errors": [{"reason": "authError"}]}}
             return 401, {"Content-Type": "application/json"}, json.dumps(error).encode()
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
+        dropped = ("authorization", "range") if self.whole else ("authorization",)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in dropped}
         path, _, query = request.path.partition("?")
         if not path.endswith("/o"):
             return forward(self.port, request.path, headers)
@@ -178,6 +182,20 @@ def test_big_file_downloads_in_ranges_of_the_listed_generation(
     generation = next(iter(listed)).tag.split(":")[0]
     parts = [path for _, path in cloud_run[1].seen if "model.bin" in path and "alt=media" in path]
     assert len(parts) == 3 and all(f"generation={generation}" in path for path in parts)
+
+
+def test_a_range_answered_with_the_whole_object_fails_and_writes_no_file(
+    gs_store: Store, cache_dir: Path, cloud_run: tuple[Metadata, BearerFront]
+) -> None:
+    gs_store.put("m/1/model.bin", b"\x01" * (web.RANGED_MIN_BYTES + 1))
+    gs_store.put("m/1/model.xml", b"<net/>")
+    cloud_run[1].whole = True
+    with pytest.raises(StorageError, match=(
+            r"Cannot download gs://.*/m/1/model\.bin: bytes \d+-\d+ were answered 200 with "
+            r"the whole object, as Cloud Storage answers for one stored with Content-Encoding: "
+            r"gzip; store model files without it")):
+        open_repository(gs_store.url("m"), cache_dir).fetch(1)
+    assert not list(cache_dir.rglob("model.bin"))
 
 
 def test_cloud_run_reads_with_the_metadata_token_and_imports_no_sdk(
@@ -275,35 +293,53 @@ def test_a_missing_bucket_and_object_read_as_on_the_sdk_path(
      gcs_rest.Where(gcs_rest.API, "10.0.0.1:8080")),
     ({"K_SERVICE": "svc", "GOOGLE_APPLICATION_CREDENTIALS": "/key.json"}, None),
     ({"K_SERVICE": "svc", "GCE_METADATA_MTLS_MODE": "strict"}, None),
+    ({"K_SERVICE": "svc", "NO_GCE_CHECK": "true"}, None),
+    ({"K_SERVICE": "svc", "GOOGLE_API_USE_CLIENT_CERTIFICATE": "true"}, None),
+    ({"K_SERVICE": "svc", "CLOUDSDK_CONTEXT_AWARE_USE_CLIENT_CERTIFICATE": "True"}, None),
+    ({"K_SERVICE": "svc", "GOOGLE_API_CERTIFICATE_CONFIG": "/certs/config.json"}, None),
+    ({"K_SERVICE": "svc", "GOOGLE_API_USE_CLIENT_CERTIFICATE": "false",
+      "GOOGLE_API_CERTIFICATE_CONFIG": "/certs/config.json"},
+     gcs_rest.Where(gcs_rest.API, gcs_rest.METADATA_HOST)),
     ({"K_SERVICE": "svc", "GOOGLE_CLOUD_UNIVERSE_DOMAIN": "example.goog"}, None),
     ({"K_SERVICE": "svc", "HTTPS_PROXY": "http://proxy:3128"}, None),
     ({"K_SERVICE": "svc", "OVS_GCS_CLIENT": "sdk"}, None),
     ({"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023", "OVS_GCS_CLIENT": "sdk"}, None),
     ({}, None),  # elsewhere, the SDK finds ADC or falls back to anonymous access
 ], ids=["emulator", "cloud-run", "job-override", "function-metadata-host", "key-file",
-        "mtls", "universe", "proxy", "sdk", "emulator-sdk", "elsewhere"])
+        "metadata-mtls", "no-gce-check", "client-cert", "gcloud-client-cert", "cert-config",
+        "client-cert-off", "universe", "proxy", "sdk", "emulator-sdk", "elsewhere"])
 def test_which_client_reads_the_bucket(
     env: dict[str, str], chosen: gcs_rest.Where | None, monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path
 ) -> None:
-    for name in (*gcs_rest._ON_GOOGLE, "STORAGE_EMULATOR_HOST", "API_ENDPOINT_OVERRIDE",
-                 "GOOGLE_APPLICATION_CREDENTIALS", "GCE_METADATA_ROOT", "OVS_GCS_CLIENT",
-                 "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    _no_google_settings(monkeypatch, tmp_path)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert gcs_rest.choose() == chosen
 
 
-def test_gcloud_credentials_and_an_unknown_setting_are_not_the_rest_clients(
+def test_files_of_gcloud_and_gke_and_an_unknown_setting_are_not_the_rest_clients(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    _no_google_settings(monkeypatch, tmp_path)
     monkeypatch.setenv("K_SERVICE", "svc")
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
-    (tmp_path / "application_default_credentials.json").write_text("{}")
-    assert gcs_rest.choose() is None
+    assert gcs_rest.choose() is not None
+    for found in ("application_default_credentials.json", "certificate_config.json",
+                  "bundle.pem"):  # ADC, a workload certificate config, GKE's certificates
+        (tmp_path / found).write_text("{}")
+        assert gcs_rest.choose() is None, found
+        (tmp_path / found).unlink()
     monkeypatch.setenv("OVS_GCS_CLIENT", "rest")
     with pytest.raises(StorageError, match="OVS_GCS_CLIENT must be auto or sdk, not 'rest'"):
         gcs_rest.choose()
+
+
+def _no_google_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No variable choose() reads, an empty gcloud config in tmp_path, and GKE's certificate
+    bundle looked for at tmp_path/bundle.pem."""
+    for name in (*_FOREIGN_ENV, "GCE_METADATA_ROOT", "GCE_METADATA_MTLS_MODE", "NO_PROXY",
+                 "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy",
+                 "GOOGLE_CLOUD_UNIVERSE_DOMAIN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    monkeypatch.setattr(gcs_rest, "GKE_CERT_BUNDLE", str(tmp_path / "bundle.pem"))
