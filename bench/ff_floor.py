@@ -4,8 +4,9 @@ bench's KServe binary predict with OpenVINO under `functions-framework`.
     BENCH_MODEL_FILE=model.xml functions-framework --source=bench/ff_floor.py --target=predict
 
 It compiles in gunicorn's worker right after the fork (OpenVINO's threads do not survive one),
-as handlers/cloud_run.py does, and answers with the first output's raw bytes: no config, no
-checks, no response header. Its start minus the minimal script's is what functions-framework
+as handlers/cloud_run.py does, and only there (`import openvino` has its telemetry fork a child
+from a thread). It answers with the first output's raw bytes: no config, no checks, no
+response header. Its start minus the minimal script's is what functions-framework
 itself (flask's import, gunicorn's arbiter and fork) adds to any function.
 """
 
@@ -31,7 +32,19 @@ def _compile() -> None:
     _ready.set()
 
 
-os.register_at_fork(after_in_child=lambda: threading.Thread(target=_compile, daemon=True).start())
+_by_main_thread = [False]  # gunicorn forks its worker from the main thread; telemetry from its own
+
+
+def _before_fork() -> None:
+    _by_main_thread[0] = threading.current_thread() is threading.main_thread()
+
+
+def _after_fork() -> None:
+    if _by_main_thread[0]:
+        threading.Thread(target=_compile, daemon=True).start()
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork)
 
 
 @functions_framework.http

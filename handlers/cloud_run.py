@@ -28,8 +28,20 @@ log = logging.getLogger("ov_serverless.cloud_run")
 Settings.from_env()  # a malformed OVS_* value stops the start here, before gunicorn forks
 
 
+_forked_by_main_thread = False
+
+
+def _before_fork() -> None:
+    global _forked_by_main_thread
+    _forked_by_main_thread = threading.current_thread() is threading.main_thread()
+
+
 def _load_in_background() -> None:
-    threading.Thread(target=_load, name="ovs-load", daemon=True).start()
+    """In gunicorn's worker only: the arbiter forks it from its main thread. A library's helper
+    thread forks too (OpenVINO's telemetry, with OVS_IMPORT_OVC=1): that child must not fetch
+    and compile every model on the instance's two cores while the worker does."""
+    if _forked_by_main_thread:
+        threading.Thread(target=_load, name="ovs-load", daemon=True).start()
 
 
 def _load() -> None:
@@ -39,7 +51,7 @@ def _load() -> None:
         log.exception("Loading the models failed")
 
 
-os.register_at_fork(after_in_child=_load_in_background)
+os.register_at_fork(before=_before_fork, after_in_child=_load_in_background)
 
 
 @functions_framework.http

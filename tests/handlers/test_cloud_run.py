@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -102,3 +104,42 @@ def test_a_throughput_model_serves_from_gunicorns_forked_worker(
         assert "openvino_intel_cpu_plugin" in Path(f"/proc/{worker}/maps").read_text()
         assert "openvino_intel_cpu_plugin" not in Path(f"/proc/{arbiter}/maps").read_text()
 
+
+
+_FORKS = """
+import os, threading, time
+import handlers.cloud_run  # registers its fork hooks, as in gunicorn's arbiter
+
+def compiled_within(seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with open("/proc/self/maps") as maps:
+            if "openvino_intel_cpu_plugin" in maps.read():
+                return True
+        time.sleep(0.05)
+    return False
+
+def fork(seconds):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(10 if compiled_within(seconds) else 20)
+    return pid
+
+assert not compiled_within(0.1)
+children = {"main": fork(30)}
+helper = threading.Thread(target=lambda: children.update(helper=fork(3)))
+helper.start()
+helper.join()
+for name, pid in children.items():
+    print(name, "compiled" if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 10 else "idle")
+"""
+
+
+def test_only_a_fork_from_the_main_thread_loads_the_models(repo: Repo) -> None:
+    """gunicorn forks its worker from the arbiter's main thread. A library forks helpers from
+    its own threads (OpenVINO's telemetry, when openvino.tools.ovc is imported): such a child
+    used to fetch and compile every model too, on the same two cores as the worker."""
+    done = subprocess.run([sys.executable, "-c", _FORKS], cwd=ROOT, env=server_env(repo),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split("\n")[:2]) == ["helper idle", "main compiled"]
