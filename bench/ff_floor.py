@@ -32,15 +32,16 @@ def _compile() -> None:
     _ready.set()
 
 
-_by_main_thread = [False]  # gunicorn forks its worker from the main thread; telemetry from its own
+_forked_by_main_thread = False  # gunicorn forks its worker there; telemetry from its own thread
 
 
 def _before_fork() -> None:
-    _by_main_thread[0] = threading.current_thread() is threading.main_thread()
+    global _forked_by_main_thread
+    _forked_by_main_thread = threading.current_thread() is threading.main_thread()
 
 
 def _after_fork() -> None:
-    if _by_main_thread[0]:
+    if _forked_by_main_thread:
         threading.Thread(target=_compile, daemon=True).start()
 
 
