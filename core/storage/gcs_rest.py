@@ -35,6 +35,9 @@ METADATA_HOST = "metadata.google.internal"
 TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 PAGE_SIZE = 1000  # objects.list's most per page
 REFRESH_S = 225  # google-auth renews a token this long before it expires
+# Cloud Storage ignores Range for an object it decompresses on the way
+GZIP_HINT = (", as Cloud Storage answers for one stored with Content-Encoding: gzip; "
+             "store model files without it (gcloud storage cp without -z/-Z)")
 _ON_GOOGLE = ("K_SERVICE", "CLOUD_RUN_JOB", "FUNCTION_TARGET", "GCE_METADATA_HOST")
 _USE_CLIENT_CERT = ("GOOGLE_API_USE_CLIENT_CERTIFICATE",
                     "CLOUDSDK_CONTEXT_AWARE_USE_CLIENT_CERTIFICATE")
@@ -198,7 +201,7 @@ class GcsRestBackend:
             ranged = {name: value for name, value in headers.items() if name != "If-Match"}
             return self._call(self._media(obj.key), query, ranged, what, use)
 
-        web.download(obj, dest, what, get)
+        web.download(obj, dest, what, get, GZIP_HINT)
 
     def _url(self, key: str) -> str:
         return f"gs://{self.bucket}/{key}"

@@ -157,9 +157,15 @@ def tls(cafile: str | None) -> ssl.SSLContext:
     return _contexts[cafile]
 
 
-def download(obj: RemoteObject, dest: Path, what: str, get: Get[int]) -> None:
+IGNORED_RANGE = "; the endpoint, or a proxy before it, ignored the Range header"
+
+
+def download(obj: RemoteObject, dest: Path, what: str, get: Get[int],
+             whole_hint: str = IGNORED_RANGE) -> None:
     """obj into dest: one GET, or for a big file PART_BYTES ranges PART_WORKERS at a time,
-    each If-Match the listed tag, so a file replaced since the listing fails (412)."""
+    each If-Match the listed tag, so a file replaced since the listing fails (412).
+    `whole_hint` ends the error for a range answered with the whole object (the provider's
+    likely cause)."""
     with open(dest, "wb") as file:
         fd = file.fileno()
         if obj.size < RANGED_MIN_BYTES:
@@ -167,26 +173,25 @@ def download(obj: RemoteObject, dest: Path, what: str, get: Get[int]) -> None:
             return
         os.ftruncate(fd, obj.size)
         with ThreadPoolExecutor(PART_WORKERS) as pool:
-            list(pool.map(lambda start: _part(obj, start, fd, what, get),
+            list(pool.map(lambda start: _part(obj, start, fd, what, get, whole_hint),
                           range(0, obj.size, PART_BYTES)))
 
 
-def _part(obj: RemoteObject, start: int, fd: int, what: str, get: Get[int]) -> None:
+def _part(obj: RemoteObject, start: int, fd: int, what: str, get: Get[int],
+          whole_hint: str) -> None:
     end = min(start + PART_BYTES, obj.size) - 1
     got = get({"Range": f"bytes={start}-{end}", "If-Match": obj.tag},
-              lambda r: copy(_partial(r, what, start, end), fd, start))
+              lambda r: copy(_partial(r, f"{what}: bytes {start}-{end}", whole_hint), fd, start))
     if got != end - start + 1:
         raise StorageError(f"{what}: got {got} bytes of range {start}-{end}")
 
 
-def _partial(response: Response, what: str, start: int, end: int) -> Response:
-    """A ranged answer, or the error for a whole object (written at `start` it would corrupt
-    the file): Cloud Storage ignores Range for an object it decompresses on the way."""
+def _partial(response: Response, what: str, whole_hint: str) -> Response:
+    """A ranged answer, or the error for a whole object (written at the part's offset it
+    would corrupt the file)."""
     if response.status != 206:
-        raise StorageError(
-            f"{what}: bytes {start}-{end} were answered {response.status} with the whole object, "
-            "as Cloud Storage answers for one stored with Content-Encoding: gzip; "
-            "store model files without it (gcloud storage cp without -z/-Z)")
+        raise StorageError(f"{what} were answered {response.status} with the whole object"
+                           f"{whole_hint}")
     return response
 
 

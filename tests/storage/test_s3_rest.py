@@ -203,10 +203,12 @@ class KeepAliveFront(Front):
     connections open between requests, as S3 does, forwards each request to moto, and
     `drop()` closes every client connection, as S3 does to idle ones. With `region`, a
     request signed for another one gets S3's (and MinIO's) 400 naming the right region, or
-    with `redirect` S3's 301 with the region in x-amz-bucket-region."""
+    with `redirect` S3's 301 with the region in x-amz-bucket-region. `whole` drops a
+    request's Range, as a proxy that does not know it would."""
 
     def __init__(self, backend_port: int, region: str = "", redirect: bool = False) -> None:
         self.port, self.region, self.redirect = backend_port, region, redirect
+        self.whole = False
         self.sockets: set[socket.socket] = set()
         self.refused = 0
         super().__init__()
@@ -216,7 +218,9 @@ class KeepAliveFront(Front):
         self.sockets.add(request.connection)
         signed_for = request.headers.get("Authorization", "").split("/")[2]
         if not self.region or signed_for == self.region:
-            return forward(self.port, request.path, dict(request.headers))
+            headers = {name: value for name, value in request.headers.items()
+                       if not (self.whole and name.lower() == "range")}
+            return forward(self.port, request.path, headers)
         self.refused += 1
         if self.redirect:
             return 301, {"x-amz-bucket-region": self.region}, REDIRECT.encode()
@@ -268,6 +272,25 @@ def test_a_bucket_in_another_region_is_followed_once(
         assert front.refused == 1  # later requests are signed for eu-west-1 from the start
     finally:
         front.close()
+
+
+def test_a_range_answered_with_the_whole_object_fails_and_writes_no_file(
+    s3_store: Store, cache_dir: Path
+) -> None:
+    front = KeepAliveFront(s3_store.emulator.port)
+    front.whole = True
+    try:
+        s3_store.put("m/1/model.bin", b"\x01" * (web.RANGED_MIN_BYTES + 1))
+        s3_store.put("m/1/model.xml", b"<net/>")
+        repo = open_repository(f"s3://{front.url.split('//')[1]}/{s3_store.bucket}/m", cache_dir)
+        with pytest.raises(StorageError, match=(
+                r"Cannot download s3://.*/m/1/model\.bin.*: bytes \d+-\d+ were answered 200 "
+                r"with the whole object; the endpoint, or a proxy before it, ignored the Range "
+                r"header$")):
+            repo.fetch(1)
+    finally:
+        front.close()
+    assert not list(cache_dir.rglob("model.bin"))
 
 
 def test_serving_from_s3_with_env_credentials_never_imports_boto3(s3_store: Store) -> None:
