@@ -242,20 +242,17 @@ def write(compiled: ov.CompiledModel, name: str, folder: Path) -> Path:
     return target
 
 
-def export_manager(manager: Any, folder: Path) -> list[Path]:
-    """Blobs of every AVAILABLE model version a ModelManager serves, into `folder`:
-
-        python -c "from core.config import Settings; from core.manager import ModelManager
-        from core.compiled_cache import export_manager; from pathlib import Path
-        export_manager(ModelManager.start(Settings.from_env()), Path('/opt/ov-blobs'))"
-
-    run with the same OVS_* settings (and OVS_CONCURRENT) as the server, on the same kind of
-    CPU; then serve with OVS_COMPILED_CACHE=/opt/ov-blobs, or upload each blob to the bucket
-    as <model>/<version>/.ov-compiled/<name>.blob."""
+def export_manager(manager: Any, folder: Path, per_version: bool = False) -> list[Path]:
+    """Blobs of every AVAILABLE model version a ModelManager serves, into `folder` (flat, for
+    OVS_COMPILED_CACHE), or with `per_version` into folder/<model>/<version>/.ov-compiled/,
+    the place a repository or bucket holds them. `ov-serverless export-blobs` runs it with the
+    server's settings; run it on the kind of CPU that will serve, from the same model paths
+    (a bucket's version is keyed by its listing)."""
     written = []
     for served in manager.models.values():
-        for version in served.versions.values():
-            compiled = getattr(version, "_compiled", None)
-            if version.available and compiled is not None and version.blob_key:
-                written.append(write(compiled, version.blob_key, folder))
+        for number, version in sorted(served.versions.items()):
+            into = folder / served.name / str(number) / BLOB_FOLDER if per_version else folder
+            blob = version.export_blob(into)
+            if blob is not None:
+                written.append(blob)
     return written

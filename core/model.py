@@ -99,6 +99,7 @@ class ModelVersion:
         self.timings: dict[str, float] = {}
         self._input_ports: dict[str, str] = {}  # served name -> model tensor name
         self._output_names: list[str] = []  # served names in model output order
+        self.blob_key = ""  # set by the load; "" when the config disallows blobs
         self._compiled: ov.CompiledModel | None = None
         self._blob: np.memmap | None = None  # an imported blob's mapping, backing the weights
         self._pool: queue.Queue[ov.InferRequest] = queue.Queue()
@@ -170,7 +171,7 @@ class ModelVersion:
         path = self.model_file = find_model_file(self.folder)
         aliases = mapping.load(self.folder)
         core, device, properties = ov_core(), self.config.target_device, self._compile_config()
-        self.blob_key = self._blob_name(core, device, properties)  # export_manager uses it
+        self.blob_key = self._blob_name(core, device, properties)
         found = compiled_cache.find(self.blob_key, self.folder, self.cache_dir) \
             if self.blob_key else None
         started = time.perf_counter()  # after find: a blob's download is a storage timing
@@ -191,6 +192,16 @@ class ModelVersion:
         self._fill_pool()
         if self.config.dynamic_batching is not None:
             self._start_batching(self.config.dynamic_batching)
+
+    def export_blob(self, folder: Path) -> Path | None:
+        """Write the compiled model to folder/<blob_key>.blob; None when it is not serving or
+        its config disallows blobs (allow_cache false)."""
+        from core import compiled_cache
+
+        compiled = self._compiled
+        if compiled is None or not self.available or not self.blob_key:
+            return None
+        return compiled_cache.write(compiled, self.blob_key, folder)
 
     def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
         """The compiled blob's key; "" when the config disallows blobs."""

@@ -1,4 +1,4 @@
-"""`ov-serverless` command line: serve | invoke | demo-repo.
+"""`ov-serverless` command line: serve | invoke | export-blobs | demo-repo.
 
 Flags follow OVMS (`--config_path`, `--model_name`, `--model_path`, `--port`, `--rest_port`,
 ...). With no model flags and no OVS_* env, `serve` builds and serves the bundled demo model.
@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings(args)
         if args.command == "invoke":
             return _invoke(settings, args)
+        if args.command == "export-blobs":
+            return _export_blobs(settings, args)
         return _serve(settings, args)
     except ConfigError as exc:  # a usage mistake: the message, as OVMS prints it, no traceback
         print(f"ov-serverless: {exc}", file=sys.stderr)
@@ -64,9 +66,20 @@ def _parser() -> argparse.ArgumentParser:
     invoke.add_argument("path")
     invoke.add_argument("--data", default="", help="request body, or @file")
     invoke.add_argument("--header", action="append", default=[], help="'Name: value'")
+    export = sub.add_parser("export-blobs", help="load every model and write its compiled "
+                            "blob to OUT, for OVS_COMPILED_CACHE or the bucket")
+    _model_flags(export)
+    export.add_argument("out")
+    export.add_argument("--per_version", action="store_true",
+                        help="write OUT/<model>/<version>/.ov-compiled/<key>.blob, to copy "
+                             "beside each version, instead of OUT/<key>.blob "
+                             "(OVS_COMPILED_CACHE)")
+    export.add_argument("--concurrent", action="store_true",
+                        help="blobs for a concurrent host (serve, Cloud Run with "
+                             "OVS_CONCURRENT=1); default: OVS_CONCURRENT, 0 for Lambda")
     demo = sub.add_parser("demo-repo", help="write the demo model repository to PATH")
     demo.add_argument("path")
-    for child in (serve, invoke, demo):
+    for child in (serve, invoke, export, demo):
         child.add_argument("--log_level", default="INFO",
                            choices=logs.LEVELS, type=str.upper)
     return parser
@@ -97,6 +110,10 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["reload_interval"] = 1.0  # OVMS's default poll for long-running servers
     if args.command == "serve" and "OVS_CONCURRENT" not in os.environ:
         overrides["concurrent"] = True  # threads and gRPC: THROUGHPUT streams
+    if args.command == "export-blobs":  # compile now; write only to OUT
+        overrides.update(lazy_load=False, export_blobs=False)
+        if args.concurrent:
+            overrides["concurrent"] = True
     options = {flag: getattr(args, flag) for flag in _MODEL_FLAGS if getattr(args, flag)}
     if options:
         overrides["model_options"] = _decode_json_flags(options)
@@ -142,6 +159,42 @@ def _invoke(settings: Settings, args: argparse.Namespace) -> int:
                                        {k.strip(): v.strip() for k, v in headers.items()}))
     sys.stdout.buffer.write(response.body + b"\n")
     return 0 if response.status < 400 else 1
+
+
+def _export_blobs(settings: Settings, args: argparse.Namespace) -> int:
+    """Print each blob written (and, per version, where it goes); exit 1 when a version did
+    not load, so a build step that bakes blobs fails instead of shipping without one."""
+    from core.compiled_cache import export_manager
+    from core.manager import ModelManager
+
+    manager = ModelManager.start(settings)
+    out = Path(args.out)
+    for blob in export_manager(manager, out, per_version=args.per_version):
+        if args.per_version:
+            model, *rest = blob.relative_to(out).parts
+            base = manager.models[model].config.base_path.rstrip("/")
+            print(f"{blob} -> {base}/{'/'.join(rest)}")
+        else:
+            print(blob)
+    return _report_unexported(manager)
+
+
+def _report_unexported(manager: Any) -> int:
+    code = 0
+    for served in manager.models.values():
+        if served.error or not served.versions:
+            why = served.error or "no version to load"
+            print(f"ov-serverless: model {served.name}: {why}", file=sys.stderr)
+            code = 1
+        for number, version in sorted(served.versions.items()):
+            if not version.available:
+                print(f"ov-serverless: model {served.name} version {number} did not load: "
+                      f"{version.status.error_message}", file=sys.stderr)
+                code = 1
+            elif not served.config.allow_cache:
+                print(f"ov-serverless: model {served.name} version {number}: no blob "
+                      "(allow_cache is false)", file=sys.stderr)
+    return code
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:

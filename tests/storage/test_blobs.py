@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from core import compiled_cache
 from core.api import App
 from core.config import Settings
 from core.model import ModelVersion
@@ -33,10 +32,15 @@ def _only_version(app: App) -> ModelVersion:
 
 def _upload_blob(store: Store, version: ModelVersion, export: Path) -> str:
     """Export what `version` compiled into the bucket, as export_manager's docs say; its key."""
-    blob = compiled_cache.write(version._compiled, version.blob_key, export)
-    key = f"{PREFIX}/1/{BLOB_FOLDER}/{blob.name}"
-    store.put(key, blob.read_bytes())
+    key = f"{PREFIX}/1/{BLOB_FOLDER}/{version.blob_key}.blob"
+    store.put(key, _exported(version, export))
     return key
+
+
+def _exported(version: ModelVersion, folder: Path) -> bytes:
+    blob = version.export_blob(folder)
+    assert blob is not None
+    return blob.read_bytes()
 
 
 @pytest.fixture
@@ -52,7 +56,8 @@ def test_only_the_blob_with_this_hosts_key_is_downloaded_and_imported(
     before = repository.versions()
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
     assert first.timings["blob_hit"] == 0.0
-    blob = compiled_cache.write(first._compiled, first.blob_key, tmp_path / "export")
+    blob = first.export_blob(tmp_path / "export")
+    assert blob is not None
     store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{blob.name}", blob.read_bytes())
     store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{'0' * 32}.blob", b"another CPU's blob" * 1000)
     assert repository.versions() == before  # not a changed version: no reload
@@ -79,8 +84,8 @@ def test_a_blob_that_cannot_be_written_falls_back_to_a_compile(
     """A local write failure (here a folder where the blob goes) is not a failed load."""
     put_scaler(store, PREFIX, 1)
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
-    store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob", compiled_cache.write(
-        first._compiled, first.blob_key, tmp_path / "export").read_bytes())
+    store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob",
+              _exported(first, tmp_path / "export"))
     app = start_app(_settings(store, tmp_path / "second", lazy_load=True))
     (_only_version(app).folder / BLOB_FOLDER / f"{first.blob_key}.blob").mkdir(parents=True)
     assert predict(app, version=1) == (200, scaled(1))
@@ -93,8 +98,7 @@ def test_a_blob_gone_from_the_bucket_by_the_load_falls_back_to_a_compile(
     put_scaler(store, PREFIX, 1)
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
     key = f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob"
-    store.put(key, compiled_cache.write(
-        first._compiled, first.blob_key, tmp_path / "export").read_bytes())
+    store.put(key, _exported(first, tmp_path / "export"))
     app = start_app(_settings(store, tmp_path / "second", lazy_load=True))
     store.delete(key)
     assert predict(app, version=1) == (200, scaled(1))
@@ -175,3 +179,29 @@ def test_a_blob_made_for_replaced_weights_is_not_used(
     app = start_app(_settings(store, tmp_path / "second"))
     assert _only_version(app).timings["blob_hit"] == 0.0
     assert predict(app, version=1) == (200, scaled(3))
+
+
+def test_export_blobs_per_version_says_where_each_blob_goes_in_the_bucket(
+        store: Store, tmp_path: Path, big_weights: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The documented way to fill a bucket with blobs: `ov-serverless export-blobs
+    --per_version` from the bucket's model, then each file copied to the place printed beside
+    it. A new instance then imports it and never downloads the weights."""
+    from handlers import cli
+
+    put_scaler(store, PREFIX, 1)
+    assert cli.main(["export-blobs", str(tmp_path / "out"), "--per_version",
+                     "--model_name", "scaler", "--model_path", store.url(PREFIX),
+                     "--cache_dir", str(tmp_path / "export-cache"),
+                     "--log_level", "WARNING"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    local, destination = line.split(" -> ")
+    assert Path(local).parent == tmp_path / "out" / "scaler" / "1" / BLOB_FOLDER
+    assert destination == f"{store.url(PREFIX)}/1/{BLOB_FOLDER}/{Path(local).name}"
+    store.put(destination.removeprefix(store.url() + "/"), Path(local).read_bytes())
+
+    app = start_app(_settings(store, tmp_path / "second"))
+    version = _only_version(app)
+    assert version.timings["blob_hit"] == 1.0
+    assert not (version.folder / "model.bin").exists()
+    assert predict(app, version=1) == (200, scaled(1))

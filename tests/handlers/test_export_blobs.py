@@ -1,0 +1,108 @@
+"""`ov-serverless export-blobs`: the blobs it writes are the ones a server with the same
+settings imports instead of compiling, flat for OVS_COMPILED_CACHE or beside each version, and
+a version that does not load fails the command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core import compiled_cache
+from core.api import App, make_request
+from core.config import Settings
+from core.manager import ModelManager
+from demo.models import write_demo_repository
+from handlers import cli
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Iterator[Path]:
+    """The demo repository (classifier, scaler); -> its config.json."""
+    yield write_demo_repository(tmp_path / "models")
+    compiled_cache.configure(False)  # the process-wide profile the managers set
+
+
+def _export(repo: Path, out: Path, *flags: str) -> int:
+    return cli.main(["export-blobs", str(out), "--config_path", str(repo),
+                     "--cache_dir", str(out.parent / "export-cache"), "--log_level", "WARNING",
+                     *flags])
+
+
+def _start(repo: Path, cache: Path, blobs: Path | None = None, concurrent: bool = False
+           ) -> App:
+    config = Settings(config_path=str(repo), cache_dir=str(cache), concurrent=concurrent,
+                      compiled_cache=(str(blobs),) if blobs else ())
+    return App(ModelManager.start(config), config)
+
+
+def _hits(app: App) -> dict[str, float]:
+    return {name: served.versions[1].timings["blob_hit"]
+            for name, served in app.manager.models.items()}
+
+
+def _scaled(app: App) -> tuple[int, bytes]:
+    body = json.dumps({"instances": [[1.0, 2.0, 3.0, 4.0]]}).encode()
+    response = app.handle(make_request("POST", "/v1/models/scaler:predict", body))
+    return response.status, response.body
+
+
+def test_flat_blobs_serve_with_ovs_compiled_cache_and_answer_as_a_compile(
+        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "blobs"
+    assert _export(repo, out) == 0
+    printed = sorted(capsys.readouterr().out.split())
+    assert printed == sorted(str(p) for p in out.glob("*.blob")) and len(printed) == 2
+
+    compiled = _start(repo, tmp_path / "plain")
+    imported = _start(repo, tmp_path / "baked", out)
+    assert _hits(compiled) == {"classifier": 0.0, "scaler": 0.0}
+    assert _hits(imported) == {"classifier": 1.0, "scaler": 1.0}
+    assert _scaled(imported) == _scaled(compiled)
+    assert _scaled(imported)[0] == 200
+
+
+def test_per_version_blobs_copied_beside_their_versions_are_imported(
+        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "blobs"
+    assert _export(repo, out, "--per_version") == 0
+    for line in capsys.readouterr().out.splitlines():
+        local, destination = line.split(" -> ")
+        assert Path(local).relative_to(out).parts[1:3] == ("1", ".ov-compiled")
+        assert Path(destination).parent == repo.parent / Path(local).relative_to(out).parent
+        Path(destination).parent.mkdir(parents=True)
+        shutil.copy(local, destination)
+    assert _hits(_start(repo, tmp_path / "cache")) == {"classifier": 1.0, "scaler": 1.0}
+
+
+def test_concurrent_blobs_are_the_ones_a_concurrent_host_imports(
+        repo: Path, tmp_path: Path) -> None:
+    """THROUGHPUT and LATENCY compile differently: each host takes only its own blobs."""
+    assert _export(repo, tmp_path / "one") == 0
+    assert _export(repo, tmp_path / "many", "--concurrent") == 0
+    one = {p.name for p in (tmp_path / "one").glob("*.blob")}
+    many = {p.name for p in (tmp_path / "many").glob("*.blob")}
+    assert len(one) == len(many) == 2 and not one & many
+    concurrent = _start(repo, tmp_path / "c1", tmp_path / "many", concurrent=True)
+    assert _hits(concurrent) == {"classifier": 1.0, "scaler": 1.0}
+    latency = _start(repo, tmp_path / "c2", tmp_path / "many")
+    assert _hits(latency) == {"classifier": 0.0, "scaler": 0.0}
+
+
+def test_a_version_that_does_not_load_fails_the_export_and_the_rest_are_written(
+        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = repo.parent / "broken" / "1"
+    broken.mkdir(parents=True)
+    (broken / "model.xml").write_text("<net/>")
+    config = json.loads(repo.read_text())
+    config["model_config_list"].append({"config": {"name": "broken", "base_path": "broken"}})
+    repo.write_text(json.dumps(config))
+
+    assert _export(repo, tmp_path / "blobs") == 1
+    captured = capsys.readouterr()
+    assert "ov-serverless: model broken version 1 did not load: Cannot load model" \
+        in captured.err
+    assert len(captured.out.split()) == len(list((tmp_path / "blobs").glob("*.blob"))) == 2
