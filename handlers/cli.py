@@ -169,7 +169,13 @@ def _export_blobs(settings: Settings, args: argparse.Namespace) -> int:
 
     manager = ModelManager.start(settings)
     out = Path(args.out)
-    for blob in export_manager(manager, out, per_version=args.per_version):
+    try:
+        blobs = export_manager(manager, out, per_version=args.per_version)
+    except OSError as exc:
+        print(f"ov-serverless: cannot write the blobs to {out}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    for blob in blobs:
         if args.per_version:
             model, *rest = blob.relative_to(out).parts
             base = manager.models[model].config.base_path.rstrip("/")

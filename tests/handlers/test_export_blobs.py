@@ -106,3 +106,11 @@ def test_a_version_that_does_not_load_fails_the_export_and_the_rest_are_written(
     assert "ov-serverless: model broken version 1 did not load: Cannot load model" \
         in captured.err
     assert len(captured.out.split()) == len(list((tmp_path / "blobs").glob("*.blob"))) == 2
+
+
+def test_an_out_folder_that_cannot_be_written_is_a_clear_error(
+        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("")
+    assert _export(repo, tmp_path / "file" / "blobs") == 1
+    assert capsys.readouterr().err.strip().endswith(
+        f"cannot write the blobs to {tmp_path / 'file' / 'blobs'}: Not a directory")
