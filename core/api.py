@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 
 from core import errors, limits, logs, rest
-from core.config import Settings
+from core.config import MetricsConfig, Settings
 from core.manager import ModelManager
 
 
@@ -84,7 +84,6 @@ class App:
              {"GET": self._kserve_ready}),
             (re.compile(r"/v2/models/" + _NAME + _VERSION + r"/infer"),
              {"POST": self._kserve_infer}),
-            (re.compile(r"/metrics"), {"GET": self._metrics}),
         ]
 
     def handle(self, request: Request) -> Response:
@@ -136,6 +135,13 @@ class App:
                     f"Unsupported method {method} for {path}; allowed: {', '.join(methods)}"
                 )
             return handler, match
+        metrics = self._metrics_config()
+        match = re.fullmatch(re.escape(metrics.path), path)
+        if metrics.enabled and match is not None:  # OVMS: no endpoint unless enabled
+            if method != "GET":
+                raise errors.MethodNotAllowedError(
+                    f"Unsupported method {method} for {path}; allowed: GET")
+            return self._metrics, match
         raise errors.RouteNotFoundError(f"Invalid request URL: {path}")
 
     # Each endpoint is a thin shim over core.rest, which owns the JSON shapes.
@@ -184,10 +190,14 @@ class App:
         )
         return Response(200, body, headers)
 
+    def _metrics_config(self) -> MetricsConfig:
+        config = self.manager.config
+        return config.metrics if config is not None else self.settings.metrics
+
     def _metrics(self, req: Request, m: re.Match[str]) -> Response:
         from core import metrics
 
-        body, content_type = metrics.exposition(self.manager)
+        body, content_type = metrics.exposition(self.manager, self._metrics_config().families)
         return Response(200, body, {"content-type": content_type})
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,6 +25,7 @@ LAMBDA_PAYLOAD_LIMIT = 6 * 1024 * 1024 - 64 * 1024  # leave room for the event e
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 DEFAULT_CACHE_DIR = "/tmp/ov-cache"
 DEFAULT_LIMITS = Limits()
+METRICS_PATH = "/metrics"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +73,23 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """What /metrics serves: config.json's `monitoring.metrics` (enable, metrics_list,
+    endpoint_path), else --metrics_enable / --metrics_list (OVS_METRICS_ENABLE /
+    OVS_METRICS_LIST). Unlike OVMS, metrics are on when nothing is said: a scrape is the only
+    window into a serverless instance. An explicit config block follows OVMS: `enable`
+    defaults to false there."""
+
+    enabled: bool = True
+    families: tuple[str, ...] = ()  # metrics_list: only these; () = every family
+    path: str = METRICS_PATH
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     models: tuple[ModelConfig, ...]
     source: str = ""  # the config file it came from, or "" for flags/env
-    metrics_enabled: bool = True
+    metrics: MetricsConfig = MetricsConfig()
     pipelines: tuple[PipelineConfig, ...] = ()
     libraries: tuple[LibraryConfig, ...] = ()
 
@@ -104,6 +119,7 @@ class Settings:
     # except on Cloud Run (K_SERVICE), whose filesystem is memory: a blob there costs the
     # instance its size in RAM and is gone with it.
     export_blobs: bool | None = None
+    metrics: MetricsConfig = MetricsConfig()  # flags/env; a config file's monitoring wins
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -135,6 +151,8 @@ class Settings:
             concurrent=env.get("OVS_CONCURRENT", "0").lower() in ("1", "true", "yes"),
             compiled_cache=tuple(p for p in env.get("OVS_COMPILED_CACHE", "").split(":") if p),
             export_blobs=_export_blobs(env),
+            metrics=metrics_from_flags(_env_bool(env, "OVS_METRICS_ENABLE"),
+                                       env.get("OVS_METRICS_LIST", "")),
             limits=Limits(
                 max_tensor_elements=_env_int(env, "OVS_MAX_TENSOR_ELEMENTS",
                                              DEFAULT_LIMITS.max_tensor_elements),
@@ -155,11 +173,11 @@ class Settings:
                 "Model parameters in CLI are exclusive with the config file: "
                 f"{', '.join(sorted(self.model_options))} (set them per model in the config)")
         if self.config_path:
-            return load_config_file(self.config_path)
+            return load_config_file(self.config_path, self.metrics)
         if self.model_path:
             entry = {"name": self.model_name or _default_name(self.model_path),
                      "base_path": self.model_path, **self.model_options}
-            return ServerConfig((parse_model_config(entry, "model"),))
+            return ServerConfig((parse_model_config(entry, "model"),), metrics=self.metrics)
         if self.model_name:
             raise ConfigError("model_path is required with model_name")
         raise ConfigError(
@@ -176,6 +194,52 @@ def _export_blobs(env: Mapping[str, str]) -> bool | None:
     if "OVS_EXPORT_BLOBS" in env:
         return env["OVS_EXPORT_BLOBS"].lower() in ("1", "true", "yes")
     return False if "K_SERVICE" in env else None
+
+
+def _env_bool(env: Mapping[str, str], key: str) -> bool | None:
+    return env[key].lower() in ("1", "true", "yes") if env.get(key) else None
+
+
+def metrics_from_flags(enable: bool | None, listed: str) -> MetricsConfig:
+    """--metrics_enable / --metrics_list "a,b" (OVMS's flags); enable None: not given."""
+    names = tuple(name.strip() for name in listed.split(",") if name.strip())
+    if names and not enable:  # OVMS's rule and text
+        raise ConfigError("metrics_enable setting is missing, required when metrics_list is "
+                          "provided")
+    return MetricsConfig(enable is not False, _families(names, "metrics_list"))
+
+
+def _metrics_config(monitoring: Any, fallback: MetricsConfig) -> MetricsConfig:
+    if monitoring is None:
+        return fallback
+    _require_object(monitoring, "monitoring")
+    _reject_unknown(monitoring, {"metrics"}, "monitoring")
+    if "metrics" not in monitoring:
+        return fallback
+    metrics = monitoring["metrics"]
+    _require_object(metrics, "monitoring.metrics")
+    _reject_unknown(metrics, {"enable", "metrics_list", "endpoint_path"}, "monitoring.metrics")
+    listed = metrics.get("metrics_list", [])
+    if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+        raise ConfigError("monitoring.metrics.metrics_list: expected a list of metric names")
+    path = _str(metrics.get("endpoint_path", METRICS_PATH), "monitoring.metrics.endpoint_path")
+    if not re.fullmatch(r"/[a-zA-Z0-9]*", path):
+        raise ConfigError(f"monitoring.metrics.endpoint_path: {path!r} is not a valid endpoint "
+                          "path: '/' then letters and digits only")
+    return MetricsConfig(_bool(metrics.get("enable", False), "monitoring.metrics.enable"),
+                         _families(tuple(listed), "monitoring.metrics.metrics_list"), path)
+
+
+def _families(names: tuple[str, ...], path: str) -> tuple[str, ...]:
+    if not names:
+        return ()
+    from core.metrics import known_families
+
+    known = known_families()
+    for name in names:
+        if name not in known:
+            raise ConfigError(f"{path}: Metrics family name not supported: {name}")
+    return tuple(dict.fromkeys(names))
 
 
 def _env_int(env: Mapping[str, str], key: str, default: int = 0) -> int:
@@ -202,7 +266,8 @@ _MODEL_KEYS = {"name", "base_path", "batch_size", "shape", "layout", "model_vers
                "low_latency_transformation", "dynamic_batching"}
 
 
-def load_config_file(path: str) -> ServerConfig:
+def load_config_file(path: str, metrics: MetricsConfig = MetricsConfig()) -> ServerConfig:
+    """`metrics`: what /metrics serves when the file has no `monitoring.metrics`."""
     from core.storage import read_file
 
     try:
@@ -211,10 +276,11 @@ def load_config_file(path: str) -> ServerConfig:
         raise ConfigError(f"Config file not found or cannot open: {path}: {exc}") from exc
     except StorageError as exc:
         raise ConfigError(f"Config file not found or cannot open: {exc.message}") from exc
-    return parse_config(raw, path)
+    return parse_config(raw, path, metrics)
 
 
-def parse_config(raw: bytes, source: str = "") -> ServerConfig:
+def parse_config(raw: bytes, source: str = "", metrics: MetricsConfig = MetricsConfig()
+                 ) -> ServerConfig:
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -242,7 +308,7 @@ def parse_config(raw: bytes, source: str = "") -> ServerConfig:
         if any(m.name == pipeline.name for m in models):
             raise ConfigError(f"pipeline_config_list[{index}].name: Pipeline name: "
                               f"{pipeline.name} is already occupied by model")
-    return ServerConfig(tuple(models), source, _metrics_enabled(doc.get("monitoring")),
+    return ServerConfig(tuple(models), source, _metrics_config(doc.get("monitoring"), metrics),
                         pipelines, libraries)
 
 
@@ -314,15 +380,6 @@ def parse_version_policy(value: Any, path: str) -> VersionPolicy:
     picked = tuple(_int(v, f"{path}.specific.versions[{i}]", minimum=1)
                    for i, v in enumerate(versions))
     return VersionPolicy("specific", versions=picked)
-
-
-def _metrics_enabled(monitoring: Any) -> bool:
-    if monitoring is None:
-        return True
-    _require_object(monitoring, "monitoring")
-    metrics = monitoring.get("metrics", {})
-    _require_object(metrics, "monitoring.metrics")
-    return _bool(metrics.get("enable", True), "monitoring.metrics.enable")
 
 
 def _dirname(source: str) -> str:

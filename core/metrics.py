@@ -210,11 +210,25 @@ def record_timings(manager: Any) -> None:
                 COLD_START.labels(stage, model.name, str(number)).set(seconds)
 
 
-def exposition(manager: Any = None) -> tuple[bytes, str]:
-    """The Prometheus text format of every metric, with OVMS's exact sample names."""
+# OVMS's MediaPipe families: accepted in a metrics_list (OVMS's "all metrics" example names
+# them), never sampled here (no MediaPipe graphs)
+_OVMS_ONLY = frozenset({"ovms_current_graphs", "ovms_requests_accepted",
+                        "ovms_requests_rejected", "ovms_responses"})
+
+
+def known_families() -> frozenset[str]:
+    """Names a metrics_list may hold."""
+    return frozenset(family.name for family in REGISTRY) | _OVMS_ONLY
+
+
+def exposition(manager: Any = None, families: Iterable[str] = ()) -> tuple[bytes, str]:
+    """The Prometheus text format with OVMS's exact sample names: of `families` only (a
+    metrics_list), or of every metric."""
     if manager is not None:
         record_timings(manager)
-    return render(REGISTRY), CONTENT_TYPE
+    wanted = frozenset(families)
+    served = [f for f in REGISTRY if f.name in wanted] if wanted else REGISTRY
+    return render(served), CONTENT_TYPE
 
 
 def render(families: Iterable[Family]) -> bytes:

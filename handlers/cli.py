@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from core import logs
-from core.config import Settings
+from core.config import Settings, metrics_from_flags
 from core.errors import ConfigError
 
 EX_USAGE = 64  # sysexits.h; OVMS exits with it on a bad command line
 DEMO_ROOT = Path(os.environ.get("OVS_DEMO_DIR", Path.home() / ".cache" / "ov-serverless" / "demo"))
 _MODEL_FLAGS = ("batch_size", "shape", "layout", "target_device", "nireq", "plugin_config",
-                "model_version_policy", "dynamic_batching")
+                "model_version_policy", "dynamic_batching", "max_sequence_number")
+_BOOL_FLAGS = ("stateful", "idle_sequence_cleanup", "low_latency_transformation")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,8 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--rest_read_timeout_seconds", type=float, default=30.0,
                        help="close a REST client that sends nothing for this long "
                             "mid-request (0 = never)")
+    _metrics_flags(serve)
     invoke = sub.add_parser("invoke", help="run one request through the router in-process")
     _model_flags(invoke)
+    _metrics_flags(invoke)
     invoke.add_argument("method")
     invoke.add_argument("path")
     invoke.add_argument("--data", default="", help="request body, or @file")
@@ -94,7 +97,25 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--file_system_poll_wait_seconds", type=float)
     parser.add_argument("--max_request_bytes", type=int)
     for flag in _MODEL_FLAGS:
-        parser.add_argument(f"--{flag}", type=int if flag == "nireq" else str)
+        parser.add_argument(f"--{flag}", type=int if flag in ("nireq", "max_sequence_number")
+                            else str)
+    for flag in _BOOL_FLAGS:  # as OVMS: `--stateful` or `--stateful=false`
+        parser.add_argument(f"--{flag}", nargs="?", const=True, type=_flag)
+
+
+def _metrics_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics_enable", nargs="?", const=True, type=_flag,
+                        help="serve /metrics (on unless false, or a config file's "
+                             "monitoring says otherwise)")
+    parser.add_argument("--metrics_list", default="",
+                        help="comma-separated metric families: only these are served")
+
+
+def _flag(text: str) -> bool:
+    value = text.lower()
+    if value not in ("true", "false", "1", "0"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value in ("true", "1")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -115,8 +136,17 @@ def _settings(args: argparse.Namespace) -> Settings:
         if args.concurrent:
             overrides["concurrent"] = True
     options = {flag: getattr(args, flag) for flag in _MODEL_FLAGS if getattr(args, flag)}
+    options.update({flag: getattr(args, flag) for flag in _BOOL_FLAGS
+                    if getattr(args, flag) is not None})
+    if options.keys() & {"max_sequence_number", "idle_sequence_cleanup",
+                         "low_latency_transformation"} and not options.get("stateful"):
+        raise ConfigError("Setting low_latency_transformation, max_sequence_number and "
+                          "idle_sequence_cleanup require setting stateful flag for the model.")
     if options:
         overrides["model_options"] = _decode_json_flags(options)
+    if args.command in ("serve", "invoke") and (args.metrics_enable is not None
+                                                or args.metrics_list):
+        overrides["metrics"] = metrics_from_flags(args.metrics_enable, args.metrics_list)
     overrides["log_level"] = args.log_level
     settings = Settings.from_env(**overrides)
     if not (settings.config_path or settings.model_path or settings.model_name):

@@ -3,6 +3,7 @@ gRPC APIs; START/END, server-assigned ids, and the OVMS sequence errors and stat
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -207,3 +208,26 @@ def test_a_stateful_model_imported_from_its_compiled_blob_keeps_sequences(
         assert tfs(again, "acc_low_latency", [1, 1, 1, 1], 7, END) == ([2, 3, 4, 5], 7)
     finally:
         compiled_cache.configure(False)
+
+
+def _invoke_acc(stateful_repo: Repo, tmp_path: Path, *flags: str) -> int:
+    from handlers import cli
+
+    body = json.dumps(tfs_body([1, 2, 3, 4], 77, START))
+    return cli.main(["invoke", "POST", "/v1/models/acc:predict", "--model_name", "acc",
+                     "--model_path", str(stateful_repo.root / "accumulator"),
+                     "--cache_dir", str(tmp_path), "--log_level", "WARNING", "--data", body,
+                     *flags])
+
+
+def test_the_ovms_stateful_flags_serve_a_single_model_as_stateful(
+        stateful_repo: Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _invoke_acc(stateful_repo, tmp_path, "--stateful", "--max_sequence_number", "2",
+                       "--idle_sequence_cleanup=false") == 0
+    assert json.loads(capsys.readouterr().out)["outputs"]["sequence_id"] == [77]
+    assert _invoke_acc(stateful_repo, tmp_path) == 1  # not stateful: sequence_id is no input
+    capsys.readouterr()
+    assert _invoke_acc(stateful_repo, tmp_path, "--low_latency_transformation") == 64
+    assert capsys.readouterr().err.strip() == (
+        "ov-serverless: Setting low_latency_transformation, max_sequence_number and "
+        "idle_sequence_cleanup require setting stateful flag for the model.")
