@@ -40,14 +40,18 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(doc, default=str).decode()
 
 
-def configure(level: str = "INFO") -> None:
-    """Route every logger through one JSON handler on stderr at `level`."""
+def configure(level: str = "INFO", path: str = "") -> None:
+    """Route every logger through one JSON handler on stderr at `level`, and with `path`
+    (OVMS's --log_path) the same lines to that file too; OSError when it cannot be opened."""
     name = level.upper()
     if name not in LEVELS:
         raise ValueError(f"log_level should be one of: {', '.join(LEVELS)}")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if path:
+        handlers.append(logging.FileHandler(path, encoding="utf-8"))
+    for handler in handlers:
+        handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = handlers
     root.setLevel("DEBUG" if name == "TRACE" else name)
     logging.captureWarnings(True)  # warnings.warn (e.g. Pillow's bomb warning) as JSON too

@@ -25,7 +25,12 @@ _BOOL_FLAGS = ("stateful", "idle_sequence_cleanup", "low_latency_transformation"
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logs.configure(args.log_level)
+    try:
+        logs.configure(args.log_level, args.log_path)
+    except OSError as exc:
+        print(f"ov-serverless: cannot open log_path {args.log_path}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return EX_USAGE
     if args.command == "demo-repo":
         from demo.models import write_demo_repository
 
@@ -55,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc_workers", type=int, default=0, help="gRPC threads (0 = auto)")
     serve.add_argument("--rest_workers", type=int, default=0, help="REST threads (0 = auto)")
     serve.add_argument("--grpc_max_message_bytes", type=int, default=1 << 30)
+    serve.add_argument("--grpc_channel_arguments", type=_channel_arguments, default=[],
+                       help="gRPC server arguments, comma-separated "
+                            "(e.g. grpc.max_connection_age_ms=2000)")
     serve.add_argument("--metrics_port", type=int, default=0,
                        help="Prometheus /metrics port for gRPC-only mode (--rest_port 0)")
     serve.add_argument("--shutdown_grace_seconds", type=float, default=30.0)
@@ -85,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     for child in (serve, invoke, export, demo):
         child.add_argument("--log_level", default="INFO",
                            choices=logs.LEVELS, type=str.upper)
+        child.add_argument("--log_path", default="", help="also write the log to this file")
     return parser
 
 
@@ -109,6 +118,18 @@ def _metrics_flags(parser: argparse.ArgumentParser) -> None:
                              "monitoring says otherwise)")
     parser.add_argument("--metrics_list", default="",
                         help="comma-separated metric families: only these are served")
+
+
+def _channel_arguments(text: str) -> list[tuple[str, int | str]]:
+    """OVMS's --grpc_channel_arguments: `name=value,...`; integer values as integers."""
+    pairs: list[tuple[str, int | str]] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise argparse.ArgumentTypeError(f"expected name=value, got {item!r}")
+        value = value.strip()
+        pairs.append((name.strip(), int(value) if value.lstrip("-").isdigit() else value))
+    return pairs
 
 
 def _flag(text: str) -> bool:

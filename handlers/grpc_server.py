@@ -184,11 +184,11 @@ def build(manager: ModelManager, args: argparse.Namespace
     workers = args.grpc_workers or max(8, 2 * (os.cpu_count() or 1))
     limit = min(int(args.grpc_max_message_bytes), _MAX_GRPC_LENGTH)
     executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc")
-    server = grpc.server(executor, options=[
-        ("grpc.max_receive_message_length", limit),
-        ("grpc.max_send_message_length", limit),
-        ("grpc.so_reuseport", 0),  # a port in use is an error, not a silent share
-    ])
+    options = {"grpc.max_receive_message_length": limit,
+               "grpc.max_send_message_length": limit,
+               "grpc.so_reuseport": 0,  # a port in use is an error, not a silent share
+               **dict(getattr(args, "grpc_channel_arguments", []))}  # the user's win
+    server = grpc.server(executor, options=list(options.items()))
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         PredictionService(manager), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(manager), server)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -236,5 +237,30 @@ def test_grpc_only_mode_serves_metrics_on_its_own_port(repo: Path, tmp_path: Pat
         assert ('ovms_requests_success{api="TensorFlowServing",interface="gRPC",'
                 'method="Predict",name="scaler",version="1"}') in text
         assert requests.get(base + "/v1/config", timeout=5).status_code == 404
+    finally:
+        running.stop()
+
+
+def test_grpc_only_mode_takes_ovms_channel_arguments_and_metrics_list(
+        repo: Path, tmp_path: Path) -> None:
+    """--grpc_channel_arguments reach the server (over our own message limit), and the
+    metrics port serves only the --metrics_list families."""
+    from tests.grpc.helpers import free_port
+
+    metrics_port = free_port()
+    running = Server.start(repo / "config.json", tmp_path, "--metrics_port", str(metrics_port),
+                           "--grpc_channel_arguments",
+                           "grpc.max_receive_message_length=4096, grpc.keepalive_time_ms=60000",
+                           "--metrics_enable", "--metrics_list", "ovms_requests_fail",
+                           rest=False)
+    try:
+        with grpc.insecure_channel(running.target) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            good = stub.Predict(_scaler_request(shape=(100, 4)), timeout=5)  # 1.6 KB
+            assert len(good.outputs["y"].tensor_content) == 1600
+            code, _ = _code(lambda: stub.Predict(_scaler_request(shape=(1000, 4)), timeout=5))
+            assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        assert re.findall(r"^# TYPE (\S+) ", text, re.M) == ["ovms_requests_fail"]
     finally:
         running.stop()

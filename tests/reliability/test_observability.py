@@ -189,3 +189,20 @@ def test_log_level_is_honoured(rel_repo: Path, tmp_path: Path) -> None:
     finally:
         server.stop()
     assert docs == [] or all(d["level"] in ("WARNING", "ERROR", "CRITICAL") for d in docs), docs
+
+
+def test_log_path_gets_the_same_json_lines_and_a_bad_one_is_a_usage_error(
+        rel_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from handlers import cli
+
+    log_file = tmp_path / "ovms.log"
+    args = ["invoke", "POST", "/v1/models/scaler:predict", "--config_path",
+            str(rel_repo / "config.json"), "--cache_dir", str(tmp_path / "cache"),
+            "--data", json.dumps({"instances": SCALER_X}), "--log_level", "DEBUG"]
+    assert cli.main([*args, "--log_path", str(log_file)]) == 0
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert any(d["message"] == "request" and d["status"] == 200 for d in lines), lines
+    assert '"message":"request"' in capsys.readouterr().err  # stderr keeps the lines too
+    assert cli.main([*args, "--log_path", str(tmp_path / "missing" / "x.log")]) == 64
+    assert capsys.readouterr().err.startswith(
+        f"ov-serverless: cannot open log_path {tmp_path / 'missing' / 'x.log'}: ")
