@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 
 from core import errors, limits, logs, rest
-from core.config import MetricsConfig, Settings
+from core.config import Settings
 from core.manager import ModelManager
 
 
@@ -125,24 +125,16 @@ class App:
     def _route(self, method: str, path: str) -> tuple[Handler, re.Match[str]]:
         if len(path) > 2048 or "\x00" in path or ".." in path:
             raise errors.InvalidInputError("Invalid request URL")
-        for pattern, methods in self._routes:
-            match = pattern.fullmatch(path)
-            if match is None:
-                continue
-            handler = methods.get(method)
-            if handler is None:
-                raise errors.MethodNotAllowedError(
-                    f"Unsupported method {method} for {path}; allowed: {', '.join(methods)}"
-                )
-            return handler, match
-        metrics = self._metrics_config()
-        match = re.fullmatch(re.escape(metrics.path), path)
-        if metrics.enabled and match is not None:  # OVMS: no endpoint unless enabled
-            if method != "GET":
-                raise errors.MethodNotAllowedError(
-                    f"Unsupported method {method} for {path}; allowed: GET")
-            return self._metrics, match
-        raise errors.RouteNotFoundError(f"Invalid request URL: {path}")
+        found = _match(self._routes, method, path) or _match(self._metrics_route(), method, path)
+        if found is None:
+            raise errors.RouteNotFoundError(f"Invalid request URL: {path}")
+        return found
+
+    def _metrics_route(self) -> list[tuple[re.Pattern[str], dict[str, Handler]]]:
+        """The configured metrics path (a reload may change it); none unless enabled, as OVMS."""
+        metrics = self.manager.metrics
+        return [(re.compile(re.escape(metrics.path)), {"GET": self._metrics})] \
+            if metrics.enabled else []
 
     # Each endpoint is a thin shim over core.rest, which owns the JSON shapes.
 
@@ -190,15 +182,27 @@ class App:
         )
         return Response(200, body, headers)
 
-    def _metrics_config(self) -> MetricsConfig:
-        config = self.manager.config
-        return config.metrics if config is not None else self.settings.metrics
-
     def _metrics(self, req: Request, m: re.Match[str]) -> Response:
         from core import metrics
 
-        body, content_type = metrics.exposition(self.manager, self._metrics_config().families)
+        body, content_type = metrics.exposition(self.manager, self.manager.metrics.families)
         return Response(200, body, {"content-type": content_type})
+
+
+def _match(routes: list[tuple[re.Pattern[str], dict[str, Handler]]], method: str, path: str
+           ) -> tuple[Handler, re.Match[str]] | None:
+    """The handler of the first pattern matching `path`; 405 when it lacks `method`."""
+    for pattern, methods in routes:
+        match = pattern.fullmatch(path)
+        if match is None:
+            continue
+        handler = methods.get(method)
+        if handler is None:
+            raise errors.MethodNotAllowedError(
+                f"Unsupported method {method} for {path}; allowed: {', '.join(methods)}"
+            )
+        return handler, match
+    return None
 
 
 def _ver(match: re.Match[str]) -> int | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from core import errors
-from core.config import ModelConfig, ServerConfig, Settings
+from core.config import MetricsConfig, ModelConfig, ServerConfig, Settings
 from core.model import RETIRE_GRACE_S, ModelVersion, State, Status
 from core.pipeline_config import PipelineConfig
 from core.pipelines import Pipeline
@@ -372,6 +372,11 @@ class ModelManager:
         for served in list(self.models.values()):
             changed |= served.sync(load=not self.settings.lazy_load)
         return changed
+
+    @property
+    def metrics(self) -> MetricsConfig:
+        """What /metrics serves now: the live config's (a reload changes it), else the flags'."""
+        return self.config.metrics if self.config is not None else self.settings.metrics
 
     def start_polling(self) -> threading.Event:
         """Long-running hosts: a background poller (OVMS file_system_poll_wait_seconds).

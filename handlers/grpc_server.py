@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from core import logs, metrics
 from core.codecs import kserve_grpc, tfs_grpc
-from core.config import MetricsConfig, Settings
+from core.config import Settings
 from core.errors import ServingError
 from core.manager import ModelManager
 from protos import pool
@@ -252,7 +252,7 @@ def _serve_metrics(manager: ModelManager, host: str, port: int) -> None:
     from handlers import http_server
 
     def handle(request: Request) -> Response:
-        config = manager.config.metrics if manager.config is not None else MetricsConfig()
+        config = manager.metrics
         if not config.enabled or request.path != config.path:
             return Response(404, f"only {config.path} is served here, when metrics are "
                                  "enabled\n".encode(), {"content-type": "text/plain"})
