@@ -24,7 +24,7 @@ _BOOL_FLAGS = ("stateful", "idle_sequence_cleanup", "low_latency_transformation"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_explicit_bools(sys.argv[1:] if argv is None else argv))
     try:
         logs.configure(args.log_level, args.log_path)
     except OSError as exc:
@@ -109,15 +109,23 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{flag}", type=int if flag in ("nireq", "max_sequence_number")
                             else str)
     for flag in _BOOL_FLAGS:  # as OVMS: `--stateful` or `--stateful=false`
-        parser.add_argument(f"--{flag}", nargs="?", const=True, type=_flag)
+        parser.add_argument(f"--{flag}", type=_flag)
 
 
 def _metrics_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metrics_enable", nargs="?", const=True, type=_flag,
+    parser.add_argument("--metrics_enable", type=_flag,
                         help="serve /metrics (on unless false, or a config file's "
                              "monitoring says otherwise)")
     parser.add_argument("--metrics_list", default="",
                         help="comma-separated metric families: only these are served")
+
+
+def _explicit_bools(argv: list[str]) -> list[str]:
+    """OVMS's parser (cxxopts) never takes a bool flag's value from the next word: `--stateful
+    GET /v1/...` is the flag and two positionals. argparse would take `GET` as its value, so a
+    bare bool flag becomes `--flag=true`; a value is given only as `--flag=false`."""
+    bare = {f"--{flag}" for flag in (*_BOOL_FLAGS, "metrics_enable")}
+    return [f"{arg}=true" if arg in bare else arg for arg in argv]
 
 
 def _channel_arguments(text: str) -> list[tuple[str, int | str]]:

@@ -210,11 +210,13 @@ def test_a_stateful_model_imported_from_its_compiled_blob_keeps_sequences(
         compiled_cache.configure(False)
 
 
-def _invoke_acc(stateful_repo: Repo, tmp_path: Path, *flags: str) -> int:
+def _invoke_acc(stateful_repo: Repo, tmp_path: Path, *flags: str, first: tuple[str, ...] = ()
+                ) -> int:
+    """`first`: flags placed before the positionals (METHOD PATH)."""
     from handlers import cli
 
     body = json.dumps(tfs_body([1, 2, 3, 4], 77, START))
-    return cli.main(["invoke", "POST", "/v1/models/acc:predict", "--model_name", "acc",
+    return cli.main(["invoke", *first, "POST", "/v1/models/acc:predict", "--model_name", "acc",
                      "--model_path", str(stateful_repo.root / "accumulator"),
                      "--cache_dir", str(tmp_path), "--log_level", "WARNING", "--data", body,
                      *flags])
@@ -226,6 +228,10 @@ def test_the_ovms_stateful_flags_serve_a_single_model_as_stateful(
                        "--idle_sequence_cleanup=false") == 0
     assert json.loads(capsys.readouterr().out)["outputs"]["sequence_id"] == [77]
     assert _invoke_acc(stateful_repo, tmp_path) == 1  # not stateful: sequence_id is no input
+    capsys.readouterr()
+    assert _invoke_acc(stateful_repo, tmp_path, first=("--stateful",)) == 0  # as cxxopts:
+    assert json.loads(capsys.readouterr().out)["outputs"]["sequence_id"] == [77]  # no value
+    assert _invoke_acc(stateful_repo, tmp_path, first=("--stateful=false",)) == 1
     capsys.readouterr()
     assert _invoke_acc(stateful_repo, tmp_path, "--low_latency_transformation") == 64
     assert capsys.readouterr().err.strip() == (
