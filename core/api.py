@@ -16,6 +16,7 @@ from http import HTTPStatus
 
 from core import errors, limits, logs, rest
 from core.config import Settings
+from core.cors import Cors
 from core.manager import ModelManager
 
 
@@ -65,6 +66,7 @@ class App:
         self.manager = manager
         self.settings = settings
         limits.configure(settings.limits)
+        self._cors = Cors(settings.cors)
         self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r":predict"),
              {"POST": self._tfs_predict}),
@@ -90,7 +92,10 @@ class App:
         """Answer one request; every failure becomes the OVMS error shape, never an exception."""
         logs.request_id.set(request.request_id or request.header("x-request-id")[:128])
         started = time.perf_counter()
-        response = self._answer(request)
+        preflight = self._cors.enabled and Cors.is_preflight(request.method.upper(),
+                                                             request.headers)
+        response = Response(204, b"", {}) if preflight else self._answer(request)
+        response = self.finish(response, request.headers, preflight)
         if log.isEnabledFor(logging.DEBUG):  # never the body: sizes and status only
             log.debug("request", extra={
                 "method": request.method[:16], "path": request.path[:200],
@@ -98,6 +103,14 @@ class App:
                 "response_bytes": len(response.body),
                 "duration_ms": round((time.perf_counter() - started) * 1e3, 3)})
         return response
+
+    def finish(self, response: Response, request_headers: Mapping[str, str],
+               preflight: bool = False) -> Response:
+        """The response with its CORS headers; handlers call it for the answers they make
+        themselves (a body over the limit, refused before it is read)."""
+        extra = self._cors.headers(request_headers, preflight)
+        return Response(response.status, response.body, {**response.headers, **extra}) \
+            if extra else response
 
     def _answer(self, request: Request) -> Response:
         try:

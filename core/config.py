@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from core.cors import CorsConfig
 from core.errors import ConfigError, StorageError
 from core.limits import Limits
 from core.pipeline_config import LibraryConfig, PipelineConfig, parse_libraries, parse_pipelines
@@ -120,6 +121,7 @@ class Settings:
     # instance its size in RAM and is gone with it.
     export_blobs: bool | None = None
     metrics: MetricsConfig = MetricsConfig()  # flags/env; a config file's monitoring wins
+    cors: CorsConfig = CorsConfig()  # OVMS's --allowed_origins & co.; OVS_ALLOWED_* env
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -153,6 +155,7 @@ class Settings:
             export_blobs=_export_blobs(env),
             metrics=metrics_from_flags(_env_bool(env, "OVS_METRICS_ENABLE"),
                                        env.get("OVS_METRICS_LIST", "")),
+            cors=CorsConfig.from_env(env),
             limits=Limits(
                 max_tensor_elements=_env_int(env, "OVS_MAX_TENSOR_ELEMENTS",
                                              DEFAULT_LIMITS.max_tensor_elements),

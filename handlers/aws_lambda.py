@@ -243,11 +243,15 @@ def handler(event: Any, context: Any) -> Event:
     started = time.perf_counter()
     try:
         app = default_app()
+    except ServingError as exc:
+        return source.reply(event, error_response(exc))
+    try:
         request = source.request(event, app.settings.max_request_bytes)
         rid = str(getattr(context, "aws_request_id", "") or "")
         response = app.handle(replace(request, request_id=rid))
-    except ServingError as exc:
-        response = error_response(exc)
+    except ServingError as exc:  # an event that is no request (a body over the limit)
+        headers = _header_map(event) if isinstance(event, dict) else {}
+        response = app.finish(error_response(exc), headers)
     if _cold:
         _cold = False
         _log_cold_start(context, time.perf_counter() - started)

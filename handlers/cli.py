@@ -14,6 +14,7 @@ from typing import Any
 
 from core import logs
 from core.config import Settings, metrics_from_flags
+from core.cors import CorsConfig
 from core.errors import ConfigError
 
 EX_USAGE = 64  # sysexits.h; OVMS exits with it on a bad command line
@@ -70,9 +71,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="close a REST client that sends nothing for this long "
                             "mid-request (0 = never)")
     _metrics_flags(serve)
+    _cors_flags(serve)
     invoke = sub.add_parser("invoke", help="run one request through the router in-process")
     _model_flags(invoke)
     _metrics_flags(invoke)
+    _cors_flags(invoke)
     invoke.add_argument("method")
     invoke.add_argument("path")
     invoke.add_argument("--data", default="", help="request body, or @file")
@@ -120,11 +123,19 @@ def _metrics_flags(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated metric families: only these are served")
 
 
+def _cors_flags(parser: argparse.ArgumentParser) -> None:
+    for what in ("origins", "methods", "headers"):
+        parser.add_argument(f"--allowed_{what}", help=f"comma-separated {what} allowed to "
+                            "call the REST API from a browser (CORS; default *, '' for none)")
+    parser.add_argument("--allow_credentials", type=_flag,
+                        help="allow credentialed cross-origin requests (CORS)")
+
+
 def _explicit_bools(argv: list[str]) -> list[str]:
     """OVMS's parser (cxxopts) never takes a bool flag's value from the next word: `--stateful
     GET /v1/...` is the flag and two positionals. argparse would take `GET` as its value, so a
     bare bool flag becomes `--flag=true`; a value is given only as `--flag=false`."""
-    bare = {f"--{flag}" for flag in (*_BOOL_FLAGS, "metrics_enable")}
+    bare = {f"--{flag}" for flag in (*_BOOL_FLAGS, "metrics_enable", "allow_credentials")}
     return [f"{arg}=true" if arg in bare else arg for arg in argv]
 
 
@@ -176,6 +187,10 @@ def _settings(args: argparse.Namespace) -> Settings:
     if args.command in ("serve", "invoke") and (args.metrics_enable is not None
                                                 or args.metrics_list):
         overrides["metrics"] = metrics_from_flags(args.metrics_enable, args.metrics_list)
+    if args.command in ("serve", "invoke"):
+        overrides["cors"] = CorsConfig.from_env(
+            os.environ, args.allowed_origins, args.allowed_methods, args.allowed_headers,
+            args.allow_credentials)
     overrides["log_level"] = args.log_level
     settings = Settings.from_env(**overrides)
     if not (settings.config_path or settings.model_path or settings.model_name):

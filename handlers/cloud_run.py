@@ -20,7 +20,7 @@ import threading
 import flask
 import functions_framework
 
-from core.api import default_app, error_response, make_request
+from core.api import Response, default_app, error_response, make_request
 from core.config import Settings
 from core.errors import PayloadTooLargeError, ServingError
 
@@ -58,15 +58,19 @@ os.register_at_fork(before=_before_fork, after_in_child=_load_in_background)
 def predict(request: flask.Request) -> tuple[bytes, int, dict[str, str]]:
     try:
         app = default_app()
-        limit = app.settings.max_request_bytes
-        if (request.content_length or 0) > limit:  # refuse before reading the body
-            raise PayloadTooLargeError(f"Request body of {request.content_length} bytes "
-                                       f"exceeds the limit of {limit} bytes")
-        response = app.handle(make_request(
-            request.method, request.path, request.get_data(cache=False),
-            dict(request.headers), request.args.to_dict(), _request_id(request)))
     except ServingError as exc:
-        response = error_response(exc)
+        return _reply(error_response(exc))
+    limit = app.settings.max_request_bytes
+    if (request.content_length or 0) > limit:  # refuse before reading the body
+        return _reply(app.finish(error_response(PayloadTooLargeError(
+            f"Request body of {request.content_length} bytes exceeds the limit of {limit} "
+            "bytes")), {"origin": request.headers.get("Origin", "")}))
+    return _reply(app.handle(make_request(
+        request.method, request.path, request.get_data(cache=False),
+        dict(request.headers), request.args.to_dict(), _request_id(request))))
+
+
+def _reply(response: Response) -> tuple[bytes, int, dict[str, str]]:
     return response.body, response.status, dict(response.headers)
 
 

@@ -24,7 +24,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from urllib.parse import parse_qsl, unquote
 
 from core.api import JSON, Request, Response, reason_phrase
@@ -39,6 +39,7 @@ _BODY_STEP = 1 << 20
 
 log = logging.getLogger("ov_serverless.http")
 Handler = Callable[[Request], Response]
+Finish = Callable[[Response, Mapping[str, str]], Response]
 
 
 class HttpError(Exception):
@@ -48,6 +49,7 @@ class HttpError(Exception):
         super().__init__(message)
         self.response = Response(status, ServingError(message).to_body(),
                                  {"content-type": JSON})
+        self.request_headers: Mapping[str, str] = {}  # once the head is read
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -60,8 +62,10 @@ def listen(host: str, port: int) -> socket.socket:
 
 class Server:
     def __init__(self, handle: Handler, listener: socket.socket, *, threads: int,
-                 read_timeout: float, max_body: int) -> None:
+                 read_timeout: float, max_body: int, finish: Finish | None = None) -> None:
+        """`finish`: adds what the app adds to its own answers (CORS) to the server's."""
         self._handle = handle
+        self._finish = finish
         self._listener = listener
         self._slots = threading.BoundedSemaphore(threads)
         self._read_timeout = read_timeout or None  # 0: wait forever
@@ -178,7 +182,10 @@ class Server:
         try:
             request, keep = self._read_request(sock, buf)
         except HttpError as exc:
-            _send(sock, exc.response, head_only=False, keep=False)
+            response = exc.response
+            if self._finish is not None and exc.request_headers:
+                response = self._finish(response, exc.request_headers)
+            _send(sock, response, head_only=False, keep=False)
             return False
         if request is None:
             return False
@@ -201,11 +208,15 @@ class Server:
         if head is None:
             return None, False
         method, target, version, headers = _parse_head(head)
-        expect = headers.get("expect", "").lower()
-        if expect and expect != "100-continue":
-            raise HttpError(417, f"Unsupported Expect header: {expect[:100]}")
-        body = self._read_body(sock, buf, headers,
-                               continue_first=bool(expect) and version == "HTTP/1.1")
+        try:
+            expect = headers.get("expect", "").lower()
+            if expect and expect != "100-continue":
+                raise HttpError(417, f"Unsupported Expect header: {expect[:100]}")
+            body = self._read_body(sock, buf, headers,
+                                   continue_first=bool(expect) and version == "HTTP/1.1")
+        except HttpError as exc:
+            exc.request_headers = headers
+            raise
         path, _, query = target.partition("?")
         request = Request(method, unquote(path), dict(parse_qsl(query, keep_blank_values=True)),
                           headers, body)
@@ -336,8 +347,9 @@ def _read_chunked(sock: socket.socket, buf: bytearray, limit: int) -> bytes:
 
 def _send(sock: socket.socket, response: Response, head_only: bool, keep: bool) -> None:
     lines = [f"HTTP/1.1 {response.status} {reason_phrase(response.status)}",
-             f"Date: {_date()}", "Server: ov-serverless",
-             f"Content-Length: {len(response.body)}"]
+             f"Date: {_date()}", "Server: ov-serverless"]
+    if response.status != 204:  # RFC 9110: a 204 has no Content-Length
+        lines.append(f"Content-Length: {len(response.body)}")
     lines += [f"{name.title()}: {value}" for name, value in response.headers.items()]
     if not keep:
         lines.append("Connection: close")

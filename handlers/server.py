@@ -47,7 +47,7 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     server = http_server.Server(
-        app.handle, listener, max_body=settings.max_request_bytes,
+        app.handle, listener, max_body=settings.max_request_bytes, finish=app.finish,
         threads=args.rest_workers or max(4, 2 * (os.cpu_count() or 1)),
         read_timeout=args.rest_read_timeout_seconds)
     _on_signals(server.shutdown)
