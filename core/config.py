@@ -122,6 +122,7 @@ class Settings:
     export_blobs: bool | None = None
     metrics: MetricsConfig = MetricsConfig()  # flags/env; a config file's monitoring wins
     cors: CorsConfig = CorsConfig()  # OVMS's --allowed_origins & co.; OVS_ALLOWED_* env
+    cpu_extension: str = ""  # a library of custom operations (OVS_CPU_EXTENSION)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -156,6 +157,7 @@ class Settings:
             metrics=metrics_from_flags(_env_bool(env, "OVS_METRICS_ENABLE"),
                                        env.get("OVS_METRICS_LIST", "")),
             cors=CorsConfig.from_env(env),
+            cpu_extension=env.get("OVS_CPU_EXTENSION", ""),
             limits=Limits(
                 max_tensor_elements=_env_int(env, "OVS_MAX_TENSOR_ELEMENTS",
                                              DEFAULT_LIMITS.max_tensor_elements),

@@ -17,7 +17,7 @@ from typing import Any
 
 from core import errors
 from core.config import MetricsConfig, ModelConfig, ServerConfig, Settings
-from core.model import RETIRE_GRACE_S, ModelVersion, State, Status
+from core.model import RETIRE_GRACE_S, ModelVersion, State, Status, add_extension
 from core.pipeline_config import PipelineConfig
 from core.pipelines import Pipeline
 from core.storage import Repository, open_repository
@@ -239,6 +239,7 @@ class ModelManager:
 
         compiled_cache.configure(settings.concurrent, settings.compiled_cache,
                                  settings.export_blobs)
+        add_extension(settings.cpu_extension)
         self.settings = settings
         self.models: dict[str, ServedModel] = {}
         self.pipelines: dict[str, ServedPipeline] = {}

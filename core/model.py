@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import queue
 import threading
 import time
@@ -24,7 +25,7 @@ import openvino as ov
 from core import metrics, tensors
 from core.batching import Batcher
 from core.config import BatchingConfig, ModelConfig
-from core.errors import ModelNotReadyError, PreconditionError, ServingError
+from core.errors import ConfigError, ModelNotReadyError, PreconditionError, ServingError
 from core.shapes import ANY, Dim, Dims
 from core.signature import Inputs, TensorSpec, validate
 
@@ -61,6 +62,25 @@ def ov_core() -> ov.Core:
             _core = ov.Core()
             _init_numpy_bindings()
         return _core
+
+
+_extensions: set[str] = set()
+
+
+def add_extension(path: str) -> None:
+    """OVMS's --cpu_extension: a library of custom operations, added to the process's Core
+    once and before any model is read (an IR names its custom ops by type)."""
+    if not path or path in _extensions:
+        return
+    if not os.path.exists(path):
+        raise ConfigError("File path provided as an --cpu_extension parameter does not exist "
+                          f"in the filesystem: {path}")
+    try:
+        ov_core().add_extension(path)
+    except RuntimeError as exc:
+        raise ConfigError(f"Custom CPU extension loading has failed! Reason: {exc}") from None
+    _extensions.add(path)
+    log.info("Custom CPU extension loaded: %s", path)
 
 
 def _init_numpy_bindings() -> None:

@@ -105,6 +105,8 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model_name")
     parser.add_argument("--model_path")
     parser.add_argument("--cache_dir")
+    parser.add_argument("--cpu_extension",
+                        help="a library of custom operations for the models (OpenVINO extension)")
     parser.add_argument("--lazy_load", action="store_true", help="compile on first request")
     parser.add_argument("--file_system_poll_wait_seconds", type=float)
     parser.add_argument("--max_request_bytes", type=int)
@@ -160,7 +162,8 @@ def _flag(text: str) -> bool:
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    for key in ("config_path", "model_name", "model_path", "cache_dir", "max_request_bytes"):
+    for key in ("config_path", "model_name", "model_path", "cache_dir", "max_request_bytes",
+                "cpu_extension"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     if args.lazy_load:
