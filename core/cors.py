@@ -36,7 +36,6 @@ class CorsConfig:
         return cls(_items(origins), ", ".join(_items(methods)), ", ".join(_items(headers)),
                    credentials)
 
-
     @classmethod
     def from_env(cls, env: Mapping[str, str], origins: str | None = None,
                  methods: str | None = None, headers: str | None = None,
