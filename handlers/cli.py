@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc_bind_address", default="0.0.0.0")
     serve.add_argument("--rest_bind_address", default="127.0.0.1")
     serve.add_argument("--grpc_workers", type=int, default=0, help="gRPC threads (0 = auto)")
+    serve.add_argument("--grpc_max_threads", type=_positive, help="at most this many gRPC "
+                       "threads: calls beyond them wait (OVMS's cap)")
     serve.add_argument("--rest_workers", type=int, default=0, help="REST threads (0 = auto)")
     serve.add_argument("--grpc_max_message_bytes", type=int, default=1 << 30)
     serve.add_argument("--grpc_channel_arguments", type=_channel_arguments, default=[],
@@ -151,6 +153,12 @@ def _channel_arguments(text: str) -> list[tuple[str, int | str]]:
         value = value.strip()
         pairs.append((name.strip(), int(value) if value.lstrip("-").isdigit() else value))
     return pairs
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
 
 
 def _flag(text: str) -> bool:

@@ -162,6 +162,29 @@ def test_requests_beyond_workers_queue(small_server: Server) -> None:
             assert list(pool.map(client, range(8))) == [12] * 8
 
 
+def test_grpc_max_threads_runs_one_call_at_a_time(repo: Path, tmp_path: Path) -> None:
+    """--grpc_max_threads 1: four calls at once take at least four single calls (on more
+    threads the model's two streams would run them two at a time)."""
+    server = Server.start(repo / "config.json", tmp_path, "--grpc_max_threads", "1", rest=False)
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            request = _slow_request(4)
+            stub.Predict(request, timeout=60)  # warm-up
+            single = min(_timed(lambda: stub.Predict(request, timeout=60)) for _ in range(3))
+            burst = _timed(lambda: [call.result() for call in
+                                    [stub.Predict.future(request, timeout=60) for _ in range(4)]])
+            assert burst >= 3.2 * single, (burst, single)
+    finally:
+        server.stop()
+
+
+def _timed(call: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
 def _slow_request(batch: int) -> predict_pb2.PredictRequest:
     x = np.random.default_rng(0).random((batch, 256, 256), dtype=np.float32)
     request = predict_pb2.PredictRequest()
