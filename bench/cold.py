@@ -193,21 +193,29 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
 REMOTE_LABELS = ("S3", "Azure Blob", "GCS")
 
 
-def baseline(rows: dict[str, dict[str, float]], name: str) -> dict[str, float]:
+def baseline(rows: dict[str, dict[str, float]], name: str) -> str:
     """The minimal script a scenario is compared with: the S3 one for S3 rows, and so on."""
     for label in REMOTE_LABELS:
         if label in name and f"minimal script, {label}" in rows:
-            return rows[f"minimal script, {label}"]
-    return rows["minimal script"]
+            return f"minimal script, {label}"
+    return "minimal script"
+
+
+def ratio(cold: dict[str, Any], name: str) -> tuple[float, float, float]:
+    """A scenario's median total over its minimal script's, and the lowest and highest of its
+    total over the minimal script's of the same round (the spread a single run can show)."""
+    base = baseline(cold["rows"], name)
+    paired = [run["total_s"] / ref["total_s"]
+              for run, ref in zip(cold["runs"][name], cold["runs"][base], strict=True)]
+    return cold["rows"][name]["total_s"] / cold["rows"][base]["total_s"], min(paired), max(paired)
 
 
 def report(cold: dict[str, Any]) -> list[str]:
-    rows = cold["rows"]
     lines = [f"{'cold start (median, ms)':32}" + "".join(f"{s[:-2]:>9}" for s in STAGES)
-             + f"{'vs min':>8}{'RSS MB':>8}{'peak':>7}"]
-    for name, row in rows.items():
-        base = baseline(rows, name)
+             + f"{'vs min':>8}{'paired':>12}{'RSS MB':>8}{'peak':>7}"]
+    for name, row in cold["rows"].items():
+        median, low, high = ratio(cold, name)
         cells = "".join(f"{1e3 * row[s]:9.0f}" if s in row else f"{'':>9}" for s in STAGES)
-        lines.append(f"{name:32}{cells}{row['total_s'] / base['total_s']:7.2f}x"
+        lines.append(f"{name:32}{cells}{median:7.2f}x{low:6.2f}-{high:.2f}"
                      f"{row['rss_mb']:8.0f}{row['peak_mb']:7.0f}")
     return lines

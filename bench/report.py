@@ -86,14 +86,14 @@ def _warm(results: dict[str, Any], clients: int) -> list[str]:
 
 
 def _cold(result: dict[str, Any]) -> list[str]:
-    rows = result["rows"]
     head = [s[:-2] for s in cold.STAGES]
-    lines = ["| scenario | " + " | ".join(head) + " | vs minimal | RSS MB | peak MB |",
-             "|---|" + "---:|" * (len(head) + 3)]
-    for name, row in rows.items():
-        base = cold.baseline(rows, name)
+    lines = ["| scenario | " + " | ".join(head)
+             + " | vs minimal | same round, range | RSS MB | peak MB |",
+             "|---|" + "---:|" * (len(head) + 4)]
+    for name, row in result["rows"].items():
+        median, low, high = cold.ratio(result, name)
         cells = " | ".join(f"{1e3 * row[s]:.0f}" if s in row else "" for s in cold.STAGES)
-        lines.append(f"| {name} | {cells} | {row['total_s'] / base['total_s']:.2f}x | "
+        lines.append(f"| {name} | {cells} | {median:.2f}x | {low:.2f}-{high:.2f} | "
                      f"{row['rss_mb']:.0f} | {row['peak_mb']:.0f} |")
     return lines
 
