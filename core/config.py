@@ -156,7 +156,7 @@ class Settings:
             export_blobs=_export_blobs(env),
             metrics=metrics_from_flags(_env_bool(env, "OVS_METRICS_ENABLE"),
                                        env.get("OVS_METRICS_LIST", "")),
-            cors=CorsConfig.from_env(env),
+            cors=cors_from_env(env),
             cpu_extension=env.get("OVS_CPU_EXTENSION", ""),
             limits=Limits(
                 max_tensor_elements=_env_int(env, "OVS_MAX_TENSOR_ELEMENTS",
@@ -203,6 +203,20 @@ def _export_blobs(env: Mapping[str, str]) -> bool | None:
 
 def _env_bool(env: Mapping[str, str], key: str) -> bool | None:
     return env[key].lower() in ("1", "true", "yes") if env.get(key) else None
+
+
+def cors_from_env(env: Mapping[str, str], origins: str | None = None,
+                  methods: str | None = None, headers: str | None = None,
+                  credentials: bool | None = None) -> CorsConfig:
+    """OVS_ALLOWED_ORIGINS, OVS_ALLOWED_METHODS, OVS_ALLOWED_HEADERS and
+    OVS_ALLOW_CREDENTIALS, each overridden by its flag (--allowed_origins, ...) when given."""
+    if credentials is None:
+        credentials = bool(_env_bool(env, "OVS_ALLOW_CREDENTIALS"))
+    return CorsConfig.from_flags(
+        env.get("OVS_ALLOWED_ORIGINS", "*") if origins is None else origins,
+        env.get("OVS_ALLOWED_METHODS", "*") if methods is None else methods,
+        env.get("OVS_ALLOWED_HEADERS", "*") if headers is None else headers,
+        credentials)
 
 
 def metrics_from_flags(enable: bool | None, listed: str) -> MetricsConfig:

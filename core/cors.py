@@ -36,20 +36,6 @@ class CorsConfig:
         return cls(_items(origins), ", ".join(_items(methods)), ", ".join(_items(headers)),
                    credentials)
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], origins: str | None = None,
-                 methods: str | None = None, headers: str | None = None,
-                 credentials: bool | None = None) -> CorsConfig:
-        """OVS_ALLOWED_ORIGINS, OVS_ALLOWED_METHODS, OVS_ALLOWED_HEADERS and
-        OVS_ALLOW_CREDENTIALS, each overridden by its flag when that is given (not None)."""
-        if credentials is None:
-            credentials = env.get("OVS_ALLOW_CREDENTIALS", "").lower() in ("1", "true", "yes")
-        return cls.from_flags(
-            env.get("OVS_ALLOWED_ORIGINS", "*") if origins is None else origins,
-            env.get("OVS_ALLOWED_METHODS", "*") if methods is None else methods,
-            env.get("OVS_ALLOWED_HEADERS", "*") if headers is None else headers,
-            credentials)
-
 
 def _items(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core import logs
-from core.config import Settings, metrics_from_flags
-from core.cors import CorsConfig
+from core.config import Settings, cors_from_env, metrics_from_flags
 from core.errors import ConfigError
 
 EX_USAGE = 64  # sysexits.h; OVMS exits with it on a bad command line
@@ -199,7 +198,7 @@ def _settings(args: argparse.Namespace) -> Settings:
                                                 or args.metrics_list):
         overrides["metrics"] = metrics_from_flags(args.metrics_enable, args.metrics_list)
     if args.command in ("serve", "invoke"):
-        overrides["cors"] = CorsConfig.from_env(
+        overrides["cors"] = cors_from_env(
             os.environ, args.allowed_origins, args.allowed_methods, args.allowed_headers,
             args.allow_credentials)
     overrides["log_level"] = args.log_level

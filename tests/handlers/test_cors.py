@@ -14,7 +14,7 @@ import pytest
 import requests
 
 import core.api
-from core.config import Settings
+from core.config import Settings, cors_from_env
 from core.cors import CorsConfig
 from tests.handlers.conftest import (
     BIN,
@@ -155,5 +155,5 @@ def test_the_env_and_flags_parse_as_ovms_lists() -> None:
         ("https://a.example", "https://b.example"), "*",
         "content-type, inference-header-content-length", True)
     assert Settings.from_env({}).cors == CorsConfig(("*",), "*", "*", False)
-    assert CorsConfig.from_env(env, origins="*", credentials=False) == CorsConfig(
+    assert cors_from_env(env, origins="*", credentials=False) == CorsConfig(
         ("*",), "*", "content-type, inference-header-content-length", False)
