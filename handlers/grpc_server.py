@@ -181,8 +181,10 @@ class ModelHealth(health.HealthServicer):
 
 def build(manager: ModelManager, args: argparse.Namespace
           ) -> tuple[grpc.Server, ModelHealth, futures.ThreadPoolExecutor]:
-    workers = min(args.grpc_workers or max(8, 2 * (os.cpu_count() or 1)),
-                  getattr(args, "grpc_max_threads", None) or 1 << 16)
+    workers = args.grpc_workers or max(8, 2 * (os.cpu_count() or 1))
+    cap = getattr(args, "grpc_max_threads", None)  # OVMS's cap; absent when tests build args
+    if cap:
+        workers = min(workers, cap)
     limit = min(int(args.grpc_max_message_bytes), _MAX_GRPC_LENGTH)
     executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc")
     options = {"grpc.max_receive_message_length": limit,
