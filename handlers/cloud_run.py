@@ -28,6 +28,22 @@ log = logging.getLogger("ov_serverless.cloud_run")
 Settings.from_env()  # a malformed OVS_* value stops the start here, before gunicorn forks
 
 
+def _no_control_socket() -> None:
+    """gunicorn 25.1+ starts a control socket server for `gunicornc` (asyncio, in a thread of
+    the arbiter) right after it forks the worker: ~30 ms of CPU taken from the worker's first
+    compile on a 1-2 vCPU instance, for a socket nobody reaches in a Cloud Run container.
+    functions-framework gives gunicorn fixed options, so the default is changed here, before
+    functions-framework builds gunicorn's config."""
+    try:
+        from gunicorn.config import ControlSocketDisable
+    except ImportError:  # an older gunicorn, or none (Windows: functions-framework uses flask's)
+        return
+    ControlSocketDisable.default = True
+
+
+_no_control_socket()
+
+
 _forked_by_main_thread = False
 
 

@@ -80,9 +80,13 @@ def test_a_throughput_model_serves_from_gunicorns_forked_worker(
         reference: Callable[[np.ndarray], np.ndarray]) -> None:
     """infra/cloudrun/service.yaml's THROUGHPUT hint under the real CLI. gunicorn imports the
     handler in its arbiter and then forks the worker; OpenVINO's stream threads do not survive
-    a fork, so a model compiled in the arbiter hung every request. It loads in the worker."""
+    a fork, so a model compiled in the arbiter hung every request. It loads in the worker.
+    gunicorn's control socket stays off, so the arbiter takes no CPU from that load."""
     port = free_port()
-    env = server_env(repo, OVS_CONCURRENT="1", THREADS="4")  # as infra/cloudrun ships
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = server_env(repo, OVS_CONCURRENT="1", THREADS="4",  # as infra/cloudrun ships
+                     XDG_RUNTIME_DIR=str(run_dir))
     body, headers = kserve_binary(tensor)
     call = Call("kserve-binary", "POST", "/v2/models/classifier/infer")
 
@@ -103,6 +107,10 @@ def test_a_throughput_model_serves_from_gunicorns_forked_worker(
         (_, worker) = tree(arbiter)
         assert "openvino_intel_cpu_plugin" in Path(f"/proc/{worker}/maps").read_text()
         assert "openvino_intel_cpu_plugin" not in Path(f"/proc/{arbiter}/maps").read_text()
+        # gunicorn's control socket (an asyncio server in the arbiter) is off: no socket, and
+        # the arbiter runs one thread, so the worker's compile has the instance's CPUs
+        assert list(run_dir.iterdir()) == []
+        assert len(list(Path(f"/proc/{arbiter}/task").iterdir())) == 1
 
 
 
