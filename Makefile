@@ -27,6 +27,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 bench: setup
+	bash scripts/install-azurite.sh
 	$(PY) -m bench.run
 
 protos: setup

@@ -334,6 +334,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="also serve without each optimisation (before/after rows)")
     parser.add_argument("--out", default="bench")
     args = parser.parse_args(argv)
+    if args.cold and args.azure:  # fail now, not after the warm part's minutes
+        from tests.emulators import EmulatorError, azurite_binary
+
+        try:
+            azurite_binary()
+        except EmulatorError as exc:
+            parser.error(f"{exc}; or pass --no-azure")
     root = workdir()
     (root / "cold").mkdir()
     files = build_models(root, tuple(args.models))
