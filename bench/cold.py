@@ -7,7 +7,9 @@ Two kinds of run, each in a fresh process with an empty OVS_CACHE_DIR unless sai
          timed from Popen to the first 200 of a predict over HTTP; then RSS idle / peak of
          its process tree (gunicorn: arbiter + worker)
 `functions-framework floor` (bench/ff_floor.py) is the least function functions-framework can
-run: what it adds to the minimal script is the framework's own cost.
+run: what it adds to the minimal script is the framework's own cost. `control socket on`
+(bench/ff_control_socket.py) is the real row without handlers/cloud_run.py's turning gunicorn's
+control socket off.
 The Lambda probe *is* the real thing (the runtime imports the module, then calls handler).
 """
 
@@ -152,6 +154,9 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
     for name, extra in {"functions-framework (real)": {}, **(ff_variants or {})}.items():
         add(name, lambda extra=extra: real(ff_cmd, port, http, base_env(
             **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache(), **extra), root / "ff.log"))
+    socket_on = [sys.executable, str(REPO / "bench" / "ff_control_socket.py"), *ff_cmd[1:]]
+    add("functions-framework, control socket on", lambda: real(socket_on, port, http, base_env(
+        **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache()), root / "ff.log"))
     floor = [str(REPO / "bench" / "ff_floor.py") if part.endswith("cloud_run.py") else part
              for part in ff_cmd]
     add("functions-framework floor", lambda: real(floor, port, http, base_env(
