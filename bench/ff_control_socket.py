@@ -18,7 +18,7 @@ class _StandIn:
 
 # handlers.cloud_run imports the setting by name and turns its default on: give it this
 # stand-in, so gunicorn's own ControlSocketDisable keeps its default (a socket)
-gunicorn.config.ControlSocketDisable = _StandIn  # type: ignore[misc,assignment]
+gunicorn.config.ControlSocketDisable = _StandIn
 
 if __name__ == "__main__":
     sys.exit(_cli())
