@@ -151,12 +151,13 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
     port = free_port()
     ff_cmd = [ff, "--source", str(REPO / "handlers" / "cloud_run.py"), "--target", "predict",
               "--host", "127.0.0.1", "--port", str(port)]
-    for name, extra in {"functions-framework (real)": {}, **(ff_variants or {})}.items():
-        add(name, lambda extra=extra: real(ff_cmd, port, http, base_env(
-            **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache(), **extra), root / "ff.log"))
     socket_on = [sys.executable, str(REPO / "bench" / "ff_control_socket.py"), *ff_cmd[1:]]
-    add("functions-framework, control socket on", lambda: real(socket_on, port, http, base_env(
-        **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache()), root / "ff.log"))
+    ff_rows = {"functions-framework (real)": (ff_cmd, {}),
+               **{name: (ff_cmd, extra) for name, extra in (ff_variants or {}).items()},
+               "functions-framework, control socket on": (socket_on, {})}
+    for name, (cmd, extra) in ff_rows.items():
+        add(name, lambda cmd=cmd, extra=extra: real(cmd, port, http, base_env(
+            **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache(), **extra), root / "ff.log"))
     floor = [str(REPO / "bench" / "ff_floor.py") if part.endswith("cloud_run.py") else part
              for part in ff_cmd]
     add("functions-framework floor", lambda: real(floor, port, http, base_env(
