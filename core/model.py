@@ -327,7 +327,7 @@ class ModelVersion:
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
         """Validate and run one request; outputs are owned by the caller."""
         ready = validate(self.inputs, inputs, self.config.color_format)
-        feed = {self._input_ports[name]: array for name, array in ready.items()}
+        feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
         with self.serving():
             return self._run(feed)
 
@@ -371,8 +371,24 @@ class ModelVersion:
             raise PreconditionError(f"Inference failed: {exc}") from None
         finally:
             self._active_metric.dec()
-        return {name: np.asarray(value) for name, value in
-                zip(self._output_names, results.to_tuple(), strict=True)}
+        return read_outputs(request, results, self._output_names, self.outputs)
+
+
+def ov_input(array: np.ndarray) -> np.ndarray:
+    """A validated input as InferRequest.infer takes it (string tensors as numpy bytes)."""
+    return tensors.to_ov_strings(array) if tensors.is_strings(array) else array
+
+
+def read_outputs(request: ov.InferRequest, results: Any, names: list[str],
+                 specs: dict[str, TensorSpec]) -> dict[str, np.ndarray]:
+    """The outputs of one inference by served name. String outputs are read as raw bytes
+    (the bindings' default decodes them to str, replacing bytes that are not UTF-8)."""
+    outputs: dict[str, np.ndarray] = {}
+    for index, (name, value) in enumerate(zip(names, results.to_tuple(), strict=True)):
+        if specs[name].dtype is tensors.BYTES:
+            value = tensors.as_bytes_array(request.get_output_tensor(index).bytes_data)
+        outputs[name] = np.asarray(value)
+    return outputs
 
 
 def _cause(exc: Exception) -> str:
