@@ -25,7 +25,7 @@ import openvino as ov
 from core import metrics, tensors
 from core.batching import Batcher
 from core.config import BatchingConfig, ModelConfig
-from core.errors import ConfigError, ModelNotReadyError, PreconditionError, ServingError
+from core.errors import ConfigError, InternalError, ModelNotReadyError, ServingError
 from core.shapes import ANY, Dim, Dims
 from core.signature import Inputs, TensorSpec, validate
 
@@ -368,7 +368,7 @@ class ModelVersion:
         try:
             results = request.infer(feed, share_inputs=True, share_outputs=False)
         except RuntimeError as exc:
-            raise PreconditionError(f"Inference failed: {exc}") from None
+            raise inference_error(self.name, self.version, exc) from None
         finally:
             self._active_metric.dec()
         return read_outputs(request, results, self._output_names, self.outputs)
@@ -390,6 +390,15 @@ def read_outputs(request: ov.InferRequest, results: Any, names: list[str],
         outputs[name] = np.asarray(value)
     return outputs
 
+
+
+def inference_error(name: str, version: int, exc: Exception) -> InternalError:
+    """A failure inside OpenVINO's inference: the client gets OVMS's "Internal inference
+    error" (500 / INTERNAL) naming the model and version; the native text, which names C++
+    source files and checks, goes to the log only."""
+    log.error("Inference failed - name: %s; version: %d: %s", name, version,
+              " ".join(str(exc).split()))
+    return InternalError(f"Internal inference error - name: {name}; version: {version}")
 
 def _cause(exc: Exception) -> str:
     """An OpenVINO error without its C++ source locations: the lines a user can act on."""
