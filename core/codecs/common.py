@@ -14,7 +14,7 @@ import base64
 import binascii
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -76,6 +76,25 @@ def _text(item: Any) -> Any:
         except UnicodeDecodeError:
             return {"b64": base64.b64encode(item).decode("ascii")}
     return item
+
+
+def named_bytes_as_b64(outputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+    """TF Serving's JSON rule for string outputs whose name ends with "_bytes": every element
+    is written as {"b64": ...}, valid UTF-8 or not (other string outputs are written as text,
+    and as {"b64": ...} only where they are not UTF-8)."""
+    named = [name for name, value in outputs.items()
+             if name.endswith("_bytes") and tensors.is_strings(value)]
+    if not named:
+        return outputs
+    return {name: _b64_objects(value) if name in named else value
+            for name, value in outputs.items()}
+
+
+def _b64_objects(value: np.ndarray) -> np.ndarray:
+    flat = tensors.as_bytes_array(value).reshape(-1)
+    out = np.empty(value.shape, dtype=object)
+    out.reshape(-1)[:] = [{"b64": base64.b64encode(item).decode("ascii")} for item in flat]
+    return out
 
 
 def is_binary_leaf(value: Any) -> bool:
