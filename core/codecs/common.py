@@ -119,6 +119,10 @@ def bytes_array(value: Any, where: str) -> np.ndarray:
     """Nested lists of b64 objects / strings -> an object array of bytes, shape preserved."""
     if not isinstance(value, list):
         value = [value]
+    if all(type(item) is str for item in value):  # the common case: a flat list of text
+        flat = np.empty(len(value), dtype=object)
+        flat[:] = [item.encode("utf-8") for item in value]
+        return flat
 
     def walk(item: Any) -> Any:
         return [walk(x) for x in item] if isinstance(item, list) else b64_leaf(item)
