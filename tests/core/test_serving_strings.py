@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import numpy as np
 import openvino as ov
+import openvino_tokenizers
 import pytest
 import requests
 import tritonclient.grpc as triton_grpc
@@ -33,8 +34,6 @@ from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 from protos.gen.tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from tests.core.helpers import save_ir
 from tests.grpc.helpers import Server
-
-openvino_tokenizers = pytest.importorskip("openvino_tokenizers")
 
 NOT_UTF8 = b"\xff\xfeok"
 KINDS = ("unicode", "object", "bytes", "list")
