@@ -8,7 +8,9 @@ A custom node library is a Python file (or an importable module name) that defin
     def deinitialize(state: object) -> None                   # optional; at unload
     def inputs_info(params) / outputs_info(params)            # optional; {name: (dtype, shape)}
 
-so users write pre/post-processing in Python without compiling anything.
+so users write pre/post-processing in Python without compiling anything. String (BYTES)
+tensors reach execute() as object arrays of bytes; it may return strings as str or bytes, in a
+list or an array of dtype object, "U" or "S".
 """
 
 from __future__ import annotations
@@ -96,7 +98,18 @@ class CustomNode:
                                 f"{type(exc).__name__}: {exc}") from exc
         if not isinstance(outputs, dict):
             raise InternalError(f"Custom node {self.name} must return a dict of arrays")
-        return {key: np.asarray(value) for key, value in outputs.items()}
+        return {key: self._array(key, value) for key, value in outputs.items()}
+
+    def _array(self, key: str, value: Any) -> np.ndarray:
+        """An output as the servers take it: strings (str or bytes, in a list or an array of
+        dtype object, "U" or "S") become the object array of bytes every encoder reads."""
+        array = np.asarray(value)
+        if not tensors.is_strings(array):
+            return array
+        try:
+            return tensors.as_bytes_array(array)
+        except TypeError as exc:
+            raise InternalError(f"Custom node {self.name} output {key}: {exc}") from None
 
     def specs(self, kind: str) -> dict[str, TensorSpec]:
         """Declared inputs_info / outputs_info, as TensorSpecs (empty when not declared)."""

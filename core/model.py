@@ -25,7 +25,7 @@ import openvino as ov
 from core import metrics, tensors
 from core.batching import Batcher
 from core.config import BatchingConfig, ModelConfig
-from core.errors import ConfigError, ModelNotReadyError, PreconditionError, ServingError
+from core.errors import ConfigError, InternalError, ModelNotReadyError, ServingError
 from core.shapes import ANY, Dim, Dims
 from core.signature import Inputs, TensorSpec, validate
 
@@ -327,7 +327,7 @@ class ModelVersion:
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
         """Validate and run one request; outputs are owned by the caller."""
         ready = validate(self.inputs, inputs, self.config.color_format)
-        feed = {self._input_ports[name]: array for name, array in ready.items()}
+        feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
         with self.serving():
             return self._run(feed)
 
@@ -368,12 +368,37 @@ class ModelVersion:
         try:
             results = request.infer(feed, share_inputs=True, share_outputs=False)
         except RuntimeError as exc:
-            raise PreconditionError(f"Inference failed: {exc}") from None
+            raise inference_error(self.name, self.version, exc) from None
         finally:
             self._active_metric.dec()
-        return {name: np.asarray(value) for name, value in
-                zip(self._output_names, results.to_tuple(), strict=True)}
+        return read_outputs(request, results, self._output_names, self.outputs)
 
+
+def ov_input(array: np.ndarray) -> np.ndarray:
+    """A validated input as InferRequest.infer takes it (string tensors as numpy bytes)."""
+    return tensors.to_ov_strings(array) if tensors.is_strings(array) else array
+
+
+def read_outputs(request: ov.InferRequest, results: Any, names: list[str],
+                 specs: dict[str, TensorSpec]) -> dict[str, np.ndarray]:
+    """The outputs of one inference by served name. String outputs are read as raw bytes
+    (the bindings' default decodes them to str, replacing bytes that are not UTF-8)."""
+    outputs: dict[str, np.ndarray] = {}
+    for index, (name, value) in enumerate(zip(names, results.to_tuple(), strict=True)):
+        if specs[name].dtype is tensors.BYTES:
+            value = tensors.as_bytes_array(request.get_output_tensor(index).bytes_data)
+        outputs[name] = np.asarray(value)
+    return outputs
+
+
+
+def inference_error(name: str, version: int, exc: Exception) -> InternalError:
+    """A failure inside OpenVINO's inference: the client gets OVMS's "Internal inference
+    error" (500 / INTERNAL) naming the model and version; the native text, which names C++
+    source files and checks, goes to the log only."""
+    log.error("Inference failed - name: %s; version: %d: %s", name, version,
+              " ".join(str(exc).split()))
+    return InternalError(f"Internal inference error - name: {name}; version: {version}")
 
 def _cause(exc: Exception) -> str:
     """An OpenVINO error without its C++ source locations: the lines a user can act on."""

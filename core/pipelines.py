@@ -253,7 +253,7 @@ def _split(value: np.ndarray, node: NodeConfig) -> list[np.ndarray]:
                                 f"demultiply_count is {expected}")
     if len(value) == 0:
         raise NoResultsError(f"Pipeline node {node.name} demultiplexer produced no results")
-    return [value[i] for i in range(len(value))]
+    return [value[i, ...] for i in range(len(value))]  # arrays, also for object dtype
 
 
 def _stacked(value: Value) -> np.ndarray:

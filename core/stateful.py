@@ -18,8 +18,8 @@ import numpy as np
 import openvino as ov
 
 from core import tensors
-from core.errors import InvalidInputError, NotFoundError, PreconditionError, ServingError
-from core.model import ModelVersion
+from core.errors import InvalidInputError, NotFoundError, ServingError
+from core.model import ModelVersion, inference_error, ov_input, read_outputs
 from core.signature import Inputs, TensorSpec, validate
 
 SEQUENCE_ID = "sequence_id"
@@ -77,7 +77,7 @@ class StatefulModelVersion(ModelVersion):
                                     f"got {control}")
         ready = validate(self.model_inputs, inputs, self.config.color_format)
         self._sweep()
-        feed = {self._input_ports[name]: array for name, array in ready.items()}
+        feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
         with self.serving():
             number, sequence = self._open(sequence_id, control)
             with sequence.lock:
@@ -86,12 +86,12 @@ class StatefulModelVersion(ModelVersion):
                     results = sequence.request.infer(feed, share_inputs=True,
                                                      share_outputs=False)
                 except RuntimeError as exc:
-                    raise PreconditionError(f"Inference failed: {exc}") from None
+                    raise inference_error(self.name, self.version, exc) from None
+                outputs = read_outputs(sequence.request, results, self._output_names,
+                                       self.outputs)
         if control == END:
             with self._lock:
                 self._sequences.pop(number, None)
-        outputs = {name: np.asarray(v) for name, v in
-                   zip(self._output_names, results.to_tuple(), strict=True)}
         outputs[SEQUENCE_ID] = np.array([number], dtype=np.uint64)
         return outputs
 

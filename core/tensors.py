@@ -67,3 +67,42 @@ def from_numpy(dtype: np.dtype) -> DType:
         return BY_NUMPY[dtype]
     except KeyError:
         raise InvalidInputError(f"Unsupported numpy dtype: {dtype}") from None
+
+
+# -- string tensors ----------------------------------------------------------------------------
+# Inside the server a string tensor is an object array of bytes, whatever carried it in: the
+# codecs decode to it, every encoder reads it, and custom nodes receive it. Arrays of Python str,
+# numpy unicode ("U") or bytes ("S") that a custom node or OpenVINO returns are normalised here.
+
+
+def is_strings(array: np.ndarray) -> bool:
+    return array.dtype.kind in "SUO"
+
+
+def as_bytes_array(array: np.ndarray) -> np.ndarray:
+    """A string-like array -> an object array of bytes, same shape (str is UTF-8 encoded).
+
+    Raises TypeError for an element that is neither str nor bytes."""
+    if array.dtype.kind == "S":
+        return array.astype(object)
+    out = np.empty(array.shape, dtype=object)
+    out.reshape(-1)[:] = [_to_bytes(item) for item in array.reshape(-1)]
+    return out
+
+
+def _to_bytes(item: object) -> bytes:
+    if isinstance(item, bytes):
+        return bytes(item)
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    raise TypeError(f"string tensors hold str or bytes, not {type(item).__name__}")
+
+
+def to_ov_strings(array: np.ndarray) -> np.ndarray:
+    """A string tensor as the OpenVINO bindings take it: numpy bytes ("S"), same shape.
+
+    numpy "S" arrays cannot hold trailing NUL bytes of an element; OpenVINO's Python API
+    converts through them, so an element's trailing NULs do not reach the model."""
+    if array.dtype.kind == "S":
+        return array
+    return as_bytes_array(array).astype(np.bytes_)

@@ -54,6 +54,8 @@ def dumps(doc: Any) -> bytes:
 
 def _default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
+        if value.dtype.kind in "SU":  # numpy strings: as the object arrays of bytes
+            value = tensors.as_bytes_array(value)
         if value.dtype == object:
             return [_text(item) for item in value.ravel()] if value.ndim <= 1 \
                 else [_default(row) for row in value]

@@ -291,7 +291,7 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
 
 
 def to_binary(value: np.ndarray) -> bytes:
-    if value.dtype == object:
+    if tensors.is_strings(value):
         parts = []
         for item in value.reshape(-1):
             raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
