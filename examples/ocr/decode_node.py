@@ -62,8 +62,7 @@ def execute(inputs: dict[str, np.ndarray], params: dict[str, str],
             if text.strip() and score >= charset.min_score]
     if not keep:
         _no_text()
-    texts = np.empty(len(keep), dtype=object)
-    texts[:] = [decoded[i][0].encode() for i in keep]
+    texts = np.array([decoded[i][0] for i in keep], dtype=object)  # str: served as BYTES
     return {"texts": texts, "boxes": boxes[keep].astype(np.int32),
             "scores": np.array([decoded[i][1] for i in keep], dtype=np.float32)}
 
