@@ -28,7 +28,7 @@ DETECT_ONNX = "ch_PP-OCRv4_det_infer.onnx"
 RECOGNISE_ONNX = "ch_PP-OCRv4_rec_infer.onnx"
 SHORT_SIDE = 736  # the detector's input: short side scaled up to this (rapidocr limit_type min)
 LONG_SIDE = 2000  # ... and the long side down to this (rapidocr max_side_len)
-SAMPLE_LINES = ("Hello OCR 2024", "Serverless OpenVINO", "invoice no. 31415")
+SAMPLE_LINES = ("Hello, world!", "OpenVINO Model Server", "Order 31415 ships today")
 
 
 class WheelMissing(RuntimeError):
@@ -159,9 +159,9 @@ def sample_jpeg(lines: tuple[str, ...] = SAMPLE_LINES) -> bytes:
 
     image = Image.new("RGB", (640, 480), (236, 232, 222))
     draw = ImageDraw.Draw(image)
-    font = ImageFont.load_default(size=40)
+    font = ImageFont.load_default(size=44)
     for row, line in enumerate(lines):
-        draw.text((40, 60 + row * 130), line, fill=(30, 30, 40), font=font)
+        draw.text((40, 50 + row * 80), line, fill=(30, 30, 40), font=font)
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()

@@ -6,11 +6,15 @@ functions-framework server and the Azure function. Each reads the sample jpeg's 
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib
 import json
+import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,20 +29,16 @@ from examples.ocr.build import SAMPLE_LINES
 from tests.conftest import ServerFactory
 from tests.core.helpers import free_port
 from tests.handlers.conftest import (
+    ROOT,
     AzureContext,
     LambdaContext,
     ff_command,
     load_event,
     reply_body,
-    running,
 )
 
 PREDICT = "/v1/models/ocr:predict"
-WORDS = ["".join(line.split()) for line in SAMPLE_LINES]  # the model may drop a word space
-
-
-def _squeezed(texts: list[str]) -> list[str]:
-    return ["".join(t.split()) for t in texts]
+WORDS = list(SAMPLE_LINES)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_the_printed_request_reads_the_sample_through_serve_rest_and_grpc(
     command = ocr_hint(serve_root, server.url).splitlines()[-1]
     printed = subprocess.run(shlex.split(command), capture_output=True, check=True, timeout=120)
     answer = json.loads(printed.stdout)["outputs"]
-    assert _squeezed(answer["texts"]) == WORDS
+    assert list(answer["texts"]) == WORDS
     assert np.asarray(answer["boxes"]).shape == (3, 4)
     scaled = server.post("/v1/models/scaler:predict", {"instances": [[1, 2, 3, 4]]})
     assert scaled.json() == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}  # the demo models still serve
@@ -76,7 +76,7 @@ def test_the_printed_request_reads_the_sample_through_serve_rest_and_grpc(
     from ovmsclient import make_grpc_client
 
     tfs = make_grpc_client(f"127.0.0.1:{grpc_port}").predict({"image": jpeg}, "ocr")
-    assert _squeezed([t.decode() for t in tfs["texts"]]) == WORDS
+    assert list([t.decode() for t in tfs["texts"]]) == WORDS
     np.testing.assert_array_equal(tfs["boxes"], answer["boxes"])
 
     import tritonclient.grpc as triton
@@ -84,7 +84,7 @@ def test_the_printed_request_reads_the_sample_through_serve_rest_and_grpc(
     image = triton.InferInput("image", [1], "BYTES")
     image.set_data_from_numpy(np.array([jpeg], dtype=object))
     kserve = triton.InferenceServerClient(f"127.0.0.1:{grpc_port}").infer("ocr", [image])
-    assert _squeezed([t.decode() for t in kserve.as_numpy("texts")]) == WORDS
+    assert list([t.decode() for t in kserve.as_numpy("texts")]) == WORDS
     np.testing.assert_allclose(kserve.as_numpy("scores"), answer["scores"], rtol=1e-5)
 
 
@@ -98,7 +98,7 @@ def test_lambda_function_url_event_with_the_jpeg(host_env: pytest.MonkeyPatch,
                        method="POST", headers={"content-type": "application/json"})
     reply = aws.handler(event, LambdaContext())
     assert reply["statusCode"] == 200, reply_body(reply)[:300]
-    assert _squeezed(json.loads(reply_body(reply))["outputs"]["texts"]) == WORDS
+    assert list(json.loads(reply_body(reply))["outputs"]["texts"]) == WORDS
 
     blank = load_event("powertools/lambdaFunctionUrlEvent", PREDICT,
                        json.dumps({"inputs": {"image": [{"b64": _blank_jpeg()}]}}),
@@ -116,27 +116,55 @@ def test_azure_function(host_env: pytest.MonkeyPatch, serve_root: Path) -> None:
                                route_params={"path": PREDICT[1:]})
     response = function.get_user_function()(request, AzureContext())
     assert response.status_code == 200, response.get_body()[:300]
-    assert _squeezed(json.loads(response.get_body())["outputs"]["texts"]) == WORDS
+    assert list(json.loads(response.get_body())["outputs"]["texts"]) == WORDS
 
 
 @pytest.fixture(scope="module")
 def functions_framework(serve_root: Path, tmp_path_factory: pytest.TempPathFactory
                         ) -> Iterator[str]:
-    import os
-
+    """The real functions-framework CLI over the repository; ready once /v2/health/ready
+    answers 200 (the first call loads the models: it may take a while on a busy machine)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OVS_")} | {
         "OVS_CONFIG_PATH": str(serve_root / "config.json"),
         "OVS_CACHE_DIR": str(tmp_path_factory.mktemp("ff-cache"))}
-    with running({"ff": (ff_command(port), port)}, env, tmp_path_factory.mktemp("ff-logs")):
-        yield f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("ff-logs") / "ff.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(ff_command(port), cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(base, proc, log)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError):  # a worker its arbiter left behind
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"functions-framework exited {proc.returncode}:\n"
+                               f"{log.read_text()[-3000:]}")
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(base + "/v2/health/ready", timeout=30).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"functions-framework not ready:\n{log.read_text()[-3000:]}")
 
 
 def test_functions_framework(functions_framework: str, serve_root: Path) -> None:
     reply = requests.post(functions_framework + PREDICT, timeout=120,
                           data=(serve_root / "ocr_request.json").read_bytes())
     assert reply.status_code == 200, reply.text[:300]
-    assert _squeezed(reply.json()["outputs"]["texts"]) == WORDS
+    assert list(reply.json()["outputs"]["texts"]) == WORDS
 
 
 def _blank_jpeg() -> str:
