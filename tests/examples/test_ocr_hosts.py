@@ -76,7 +76,7 @@ def test_the_printed_request_reads_the_sample_through_serve_rest_and_grpc(
     from ovmsclient import make_grpc_client
 
     tfs = make_grpc_client(f"127.0.0.1:{grpc_port}").predict({"image": jpeg}, "ocr")
-    assert list([t.decode() for t in tfs["texts"]]) == WORDS
+    assert [t.decode() for t in tfs["texts"]] == WORDS
     np.testing.assert_array_equal(tfs["boxes"], answer["boxes"])
 
     import tritonclient.grpc as triton
@@ -84,8 +84,14 @@ def test_the_printed_request_reads_the_sample_through_serve_rest_and_grpc(
     image = triton.InferInput("image", [1], "BYTES")
     image.set_data_from_numpy(np.array([jpeg], dtype=object))
     kserve = triton.InferenceServerClient(f"127.0.0.1:{grpc_port}").infer("ocr", [image])
-    assert list([t.decode() for t in kserve.as_numpy("texts")]) == WORDS
+    assert [t.decode() for t in kserve.as_numpy("texts")] == WORDS
     np.testing.assert_allclose(kserve.as_numpy("scores"), answer["scores"], rtol=1e-5)
+
+    blank = triton.InferInput("image", [1], "BYTES")
+    blank.set_data_from_numpy(np.array([base64.b64decode(_blank_jpeg())], dtype=object))
+    with pytest.raises(triton.InferenceServerException) as no_text:  # HTTP 204 on REST
+        triton.InferenceServerClient(f"127.0.0.1:{grpc_port}").infer("ocr", [blank])
+    assert no_text.value.status() == "StatusCode.ABORTED"
 
 
 def test_lambda_function_url_event_with_the_jpeg(host_env: pytest.MonkeyPatch,
