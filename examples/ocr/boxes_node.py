@@ -108,48 +108,61 @@ def unclip_distance(width: float, height: float, ratio: float) -> float:
 def regions(mask: np.ndarray, probabilities: np.ndarray
             ) -> list[tuple[tuple[int, int, int, int], float]]:
     """The 8-connected regions of a mask: bounding box (x0, y0, x1, y1, inclusive) and mean
-    probability over the region's own pixels. Horizontal runs per row are joined with the
-    overlapping runs of the row above."""
+    probability over the region's own pixels. Horizontal runs of each row are joined with the
+    runs of the row above that touch them (diagonals included)."""
     padded = np.zeros((mask.shape[0], mask.shape[1] + 2), dtype=np.int8)
     padded[:, 1:-1] = mask
     edges = np.diff(padded, axis=1)
     rows, starts = np.nonzero(edges == 1)
     _, ends = np.nonzero(edges == -1)  # exclusive; same row order as the starts
-    parent = list(range(len(rows)))
-    first_of_row = np.searchsorted(rows, np.arange(mask.shape[0] + 1))
-    for run in range(len(rows)):
-        row = rows[run]
-        if row == 0:
-            continue
-        for above in range(first_of_row[row - 1], first_of_row[row]):
-            if starts[above] <= ends[run] and starts[run] <= ends[above]:  # 8-connected
-                _union(parent, run, above)
+    if not len(rows):
+        return []
+    labels = _components(len(rows), *_touching_runs(rows, starts, ends, padded.shape[1]))
+    roots, group = np.unique(labels, return_inverse=True)
+    count = len(roots)
+    x0 = np.full(count, mask.shape[1])
+    np.minimum.at(x0, group, starts)
+    x1 = np.zeros(count, dtype=np.int64)
+    np.maximum.at(x1, group, ends - 1)
+    y0 = np.full(count, mask.shape[0])
+    np.minimum.at(y0, group, rows)
+    y1 = np.zeros(count, dtype=np.int64)
+    np.maximum.at(y1, group, rows)
     sums = np.zeros((mask.shape[0], mask.shape[1] + 1))
     np.cumsum(probabilities, axis=1, out=sums[:, 1:])
-    run_sums = sums[rows, ends] - sums[rows, starts]
-    boxes: dict[int, list[float]] = {}
-    for run in range(len(rows)):
-        root = _find(parent, run)
-        x0, y, x1 = int(starts[run]), int(rows[run]), int(ends[run]) - 1
-        box = boxes.setdefault(root, [x0, y, x1, y, 0.0, 0])
-        box[0], box[2], box[3] = min(box[0], x0), max(box[2], x1), max(box[3], y)
-        box[4] += run_sums[run]
-        box[5] += x1 - x0 + 1
-    return [((int(b[0]), int(b[1]), int(b[2]), int(b[3])), b[4] / b[5])
-            for b in boxes.values()]
+    totals = np.bincount(group, sums[rows, ends] - sums[rows, starts], count)
+    pixels = np.bincount(group, ends - starts, count)
+    return [((int(x0[k]), int(y0[k]), int(x1[k]), int(y1[k])), float(totals[k] / pixels[k]))
+            for k in range(count)]
 
 
-def _find(parent: list[int], item: int) -> int:
-    while parent[item] != item:
-        parent[item] = parent[parent[item]]
-        item = parent[item]
-    return item
+def _touching_runs(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, stride: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs (run, run of the row above that touches it). Runs are sorted by row, then
+    column, so row * stride + column keys are sorted too: the runs above that touch run i
+    are one contiguous range, found by binary search."""
+    above = (rows - 1) * stride
+    first = np.searchsorted(rows * stride + ends, above + starts, side="left")
+    last = np.searchsorted(rows * stride + starts, above + ends, side="right")
+    counts = np.maximum(last - first, 0)
+    runs = np.repeat(np.arange(len(rows)), counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return runs, np.repeat(first, counts) + offsets
 
 
-def _union(parent: list[int], a: int, b: int) -> None:
-    root_a, root_b = _find(parent, a), _find(parent, b)
-    if root_a != root_b:
-        parent[max(root_a, root_b)] = min(root_a, root_b)
+def _components(count: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A label per item, equal for items joined by the (a, b) pairs: each pair takes the
+    smaller label of its two ends, labels follow their label (pointer jumping), until stable."""
+    labels = np.arange(count)
+    while True:
+        low = np.minimum(labels[a], labels[b])
+        joined = labels.copy()
+        np.minimum.at(joined, a, low)
+        np.minimum.at(joined, b, low)
+        joined = joined[joined]
+        if np.array_equal(joined, labels):
+            return labels
+        labels = joined
 
 
 def reading_order(boxes: np.ndarray) -> np.ndarray:
