@@ -192,3 +192,18 @@ def test_serve_repository_prints_the_request(tmp_path: Path, ocr_root: Path) -> 
     config = json.loads((tmp_path / "config.json").read_text())
     names = [m["config"]["name"] for m in config["model_config_list"]]
     assert names == ["classifier", "scaler", "text_detect", "text_recognise"]
+
+
+def test_without_the_wheel_make_serve_still_serves_the_demo_models(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from examples.ocr import build
+
+    def missing() -> Path:
+        raise build.WheelMissing("rapidocr_onnxruntime is not installed")
+
+    monkeypatch.setattr(build, "models_dir", missing)
+    config = json.loads(write_serve_repository(tmp_path).read_text())
+    assert [m["config"]["name"] for m in config["model_config_list"]] == ["classifier", "scaler"]
+    assert "pipeline_config_list" not in config
+    assert "OCR pipeline skipped: rapidocr_onnxruntime is not installed" in capsys.readouterr().err

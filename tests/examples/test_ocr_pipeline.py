@@ -160,6 +160,7 @@ def test_an_image_without_text_is_a_204(ocr_app: App) -> None:
     assert reply.status == 204, reply.body
 
 
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
 def test_an_image_over_the_pixel_limit_is_a_400(ocr_root: Path, tmp_path: Path) -> None:
     from dataclasses import replace
 
