@@ -40,8 +40,14 @@ class _Item:
 
 
 def batch_key(feed: Feed) -> tuple[object, ...]:
-    """Requests with equal keys can be concatenated along dim 0."""
-    return tuple((name, array.shape[1:], array.dtype.str) for name, array in sorted(feed.items()))
+    """Requests with equal keys can be concatenated along dim 0 (string tensors of any element
+    width: numpy widens the bytes dtype as it concatenates)."""
+    return tuple((name, array.shape[1:], _kind(array.dtype)) for name, array in
+                 sorted(feed.items()))
+
+
+def _kind(dtype: np.dtype) -> str:
+    return "S" if dtype.kind == "S" else dtype.str
 
 
 class Batcher:

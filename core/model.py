@@ -391,7 +391,6 @@ def read_outputs(request: ov.InferRequest, results: Any, names: list[str],
     return outputs
 
 
-
 def inference_error(name: str, version: int, exc: Exception) -> InternalError:
     """A failure inside OpenVINO's inference: the client gets OVMS's "Internal inference
     error" (500 / INTERNAL) naming the model and version; the native text, which names C++
@@ -399,6 +398,7 @@ def inference_error(name: str, version: int, exc: Exception) -> InternalError:
     log.error("Inference failed - name: %s; version: %d: %s", name, version,
               " ".join(str(exc).split()))
     return InternalError(f"Internal inference error - name: {name}; version: {version}")
+
 
 def _cause(exc: Exception) -> str:
     """An OpenVINO error without its C++ source locations: the lines a user can act on."""

@@ -102,7 +102,8 @@ def to_ov_strings(array: np.ndarray) -> np.ndarray:
     """A string tensor as the OpenVINO bindings take it: numpy bytes ("S"), same shape.
 
     numpy "S" arrays cannot hold trailing NUL bytes of an element; OpenVINO's Python API
-    converts through them, so an element's trailing NULs do not reach the model."""
+    converts through them both ways, so an element's trailing NULs do not reach the model
+    (nor come back from it)."""
     if array.dtype.kind == "S":
         return array
     return as_bytes_array(array).astype(np.bytes_)

@@ -14,7 +14,7 @@ import base64
 import binascii
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -78,6 +78,25 @@ def _text(item: Any) -> Any:
     return item
 
 
+def named_bytes_as_b64(outputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+    """TF Serving's JSON rule for string outputs whose name ends with "_bytes": every element
+    is written as {"b64": ...}, valid UTF-8 or not (other string outputs are written as text,
+    and as {"b64": ...} only where they are not UTF-8)."""
+    named = [name for name, value in outputs.items()
+             if name.endswith("_bytes") and tensors.is_strings(value)]
+    if not named:
+        return outputs
+    return {name: _b64_objects(value) if name in named else value
+            for name, value in outputs.items()}
+
+
+def _b64_objects(value: np.ndarray) -> np.ndarray:
+    flat = tensors.as_bytes_array(value).reshape(-1)
+    out = np.empty(value.shape, dtype=object)
+    out.reshape(-1)[:] = [{"b64": base64.b64encode(item).decode("ascii")} for item in flat]
+    return out
+
+
 def is_binary_leaf(value: Any) -> bool:
     """True for TFS {"b64": "..."} objects and plain strings: both make a bytes tensor."""
     while isinstance(value, list) and value:
@@ -100,6 +119,10 @@ def bytes_array(value: Any, where: str) -> np.ndarray:
     """Nested lists of b64 objects / strings -> an object array of bytes, shape preserved."""
     if not isinstance(value, list):
         value = [value]
+    if all(type(item) is str for item in value):  # the common case: a flat list of text
+        flat = np.empty(len(value), dtype=object)
+        flat[:] = [item.encode("utf-8") for item in value]
+        return flat
 
     def walk(item: Any) -> Any:
         return [walk(x) for x in item] if isinstance(item, list) else b64_leaf(item)

@@ -21,6 +21,7 @@ from core.codecs.common import (
     is_binary_leaf,
     is_object,
     loads,
+    named_bytes_as_b64,
     numeric_array,
     with_document,
 )
@@ -126,6 +127,7 @@ def _array(value: Any, specs: Mapping[str, TensorSpec], name: str, where: str) -
 
 
 def encode(outputs: Mapping[str, np.ndarray], form: str) -> bytes:
+    outputs = named_bytes_as_b64(outputs)
     if form == COLUMN:
         if len(outputs) == 1:
             return dumps({"outputs": next(iter(outputs.values()))})

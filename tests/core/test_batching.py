@@ -195,3 +195,43 @@ def test_batching_flag_of_the_cli(tmp_path: Path) -> None:
         "--dynamic_batching", '{"max_batch_size": 4, "window_us": 0}'])
     (model,) = cli._settings(args).server_config().models
     assert model.dynamic_batching == BatchingConfig(4, 0)
+
+
+def test_string_requests_of_different_lengths_batch_and_get_their_own_rows(tmp_path: Path
+                                                                           ) -> None:
+    """String inputs of different element lengths are one batch (their numpy bytes dtypes
+    differ only in width), and each caller gets its own strings back."""
+    from openvino import Model, Type
+    from openvino import opset13 as ops
+
+    text = ops.parameter([-1, 1], Type.string, name="text")
+    text.output(0).set_names({"text"})
+    twice = ops.concat([text, text], 1)
+    twice.output(0).set_names({"twice"})
+    save_ir(Model([twice], [text], "twice"), tmp_path / "twice" / "1")
+    config = write_config(tmp_path / "config.json", [
+        {"name": "twice", "base_path": str(tmp_path / "twice"), "dynamic_batching": WINDOW}])
+    settings = Settings(config_path=str(config), concurrent=True)
+    app = App(ModelManager.start(settings), settings)
+    words = ["a", "bcd", "efghij", "k" * 40]
+    results: list[object] = [None] * len(words)
+    start = threading.Barrier(len(words))
+
+    def send(index: int) -> None:
+        body = orjson.dumps({"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES",
+                                         "data": [words[index]]}]})
+        start.wait()
+        response = app.handle(make_request("POST", "/v2/models/twice/infer", body))
+        results[index] = (response.status, json.loads(response.body))
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(words))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    for word, (status, doc) in zip(words, results, strict=True):  # type: ignore[misc]
+        assert status == 200, doc
+        assert doc["outputs"][0]["data"] == [word, word]
+    count, rows = _batches("twice")
+    assert rows == 4
+    assert count < 4

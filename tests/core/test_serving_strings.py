@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import numpy as np
 import openvino as ov
+import openvino_tokenizers
 import pytest
 import requests
 import tritonclient.grpc as triton_grpc
@@ -33,8 +34,6 @@ from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 from protos.gen.tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from tests.core.helpers import save_ir
 from tests.grpc.helpers import Server
-
-openvino_tokenizers = pytest.importorskip("openvino_tokenizers")
 
 NOT_UTF8 = b"\xff\xfeok"
 KINDS = ("unicode", "object", "bytes", "list")
@@ -54,13 +53,13 @@ def lengths_model() -> ov.Model:
     return ov.Model([lengths], [text], "lengths")
 
 
-def pick_model() -> ov.Model:
+def pick_model(output: str = "picked") -> ov.Model:
     text = ops.parameter([-1, -1], ov.Type.string, name="text")
     text.output(0).set_names({"text"})
     index = ops.parameter([-1], np.int32, name="index")
     index.output(0).set_names({"index"})
     picked = ops.gather(text, index, ops.constant(np.int64(0)))
-    picked.output(0).set_names({"picked"})
+    picked.output(0).set_names({output})
     return ov.Model([picked], [text, index], "pick")
 
 
@@ -98,9 +97,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("strings")
     save_ir(lengths_model(), root / "lengths" / "1")
     save_ir(pick_model(), root / "pick" / "1")
+    save_ir(pick_model("picked_bytes"), root / "pick_bytes" / "1")
     config = {
         "model_config_list": [{"config": {"name": n, "base_path": str(root / n)}}
-                              for n in ("lengths", "pick")],
+                              for n in ("lengths", "pick", "pick_bytes")],
         "custom_node_library_config_list": [{"name": "upper", "base_path": str(NODE)}],
         "pipeline_config_list": [*(_pipeline(kind) for kind in (*KINDS, "bad")),
                                  _demux_pipeline()],
@@ -170,6 +170,18 @@ def test_tfs_rest_string_outputs_utf8_or_b64(server: Server) -> None:
         {"text": ["x", "y"], "index": 1}, {"text": ["z", "w"], "index": 0}]})
     assert rows.status_code == 200, rows.text
     assert rows.json() == {"predictions": [["z", "w"], ["x", "y"]]}
+
+
+def test_tfs_rest_outputs_named_bytes_are_always_b64(server: Server) -> None:
+    """TF Serving's rule: a string output whose name ends with "_bytes" is written as
+    {"b64": ...}, row and columnar."""
+    doc = {"inputs": {"text": [["a", "é"]], "index": [0]}}
+    reply = _post(server, "/v1/models/pick_bytes:predict", doc)
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {"outputs": [[_b64(b"a"), _b64("é".encode())]]}
+    rows = _post(server, "/v1/models/pick_bytes:predict",
+                 {"instances": [{"text": ["x"], "index": 0}]})
+    assert rows.json() == {"predictions": [[_b64(b"x")]]}
 
 
 def test_tfs_rest_numbers_for_a_string_input_are_a_400(server: Server) -> None:

@@ -1,0 +1,64 @@
+"""The one in-server form of a string tensor (an object array of bytes) and the encoders that
+read it, for every way a string array arrives: object str/bytes, numpy unicode and bytes."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import orjson
+import pytest
+
+from core import tensors
+from core.codecs import common, kserve_rest, tfs_grpc
+from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
+
+
+def _objects(items: list[object], shape: tuple[int, ...]) -> np.ndarray:
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array.reshape(shape)
+
+
+SAME_STRINGS = [
+    pytest.param(np.array([["ab", "é"], ["", "z"]]), id="unicode"),
+    pytest.param(np.array([[b"ab", "é".encode()], [b"", b"z"]]), id="bytes"),
+    pytest.param(_objects(["ab", "é", "", "z"], (2, 2)), id="object-str"),
+    pytest.param(_objects([b"ab", "é".encode(), b"", b"z"], (2, 2)), id="object-bytes"),
+]
+EXPECTED = [[b"ab", "é".encode()], [b"", b"z"]]
+
+
+@pytest.mark.parametrize("array", SAME_STRINGS)
+def test_every_string_form_becomes_object_bytes(array: np.ndarray) -> None:
+    assert tensors.is_strings(array)
+    out = tensors.as_bytes_array(array)
+    assert out.dtype == object and out.shape == (2, 2)
+    assert out.tolist() == EXPECTED
+    assert tensors.to_ov_strings(array).tolist() == EXPECTED
+
+
+@pytest.mark.parametrize("array", SAME_STRINGS)
+def test_every_string_form_encodes_the_same_on_every_api(array: np.ndarray) -> None:
+    assert orjson.loads(common.dumps({"y": array})) == {"y": [["ab", "é"], ["", "z"]]}
+    framed = b"".join(struct.pack("<I", len(item)) + item
+                      for row in EXPECTED for item in row)
+    assert kserve_rest.to_binary(array) == framed
+    proto = tensor_pb2.TensorProto()
+    tfs_grpc.fill_proto(array, proto)
+    assert proto.dtype == types_pb2.DT_STRING
+    assert list(proto.string_val) == [item for row in EXPECTED for item in row]
+
+
+def test_non_utf8_is_b64_and_named_bytes_always_are() -> None:
+    array = _objects([b"\xff", b"ok"], (2,))
+    assert orjson.loads(common.dumps(array)) == [{"b64": "/w=="}, "ok"]
+    named = common.named_bytes_as_b64({"out_bytes": array, "out": array})
+    assert orjson.loads(common.dumps(dict(named))) == {
+        "out_bytes": [{"b64": "/w=="}, {"b64": "b2s="}], "out": [{"b64": "/w=="}, "ok"]}
+
+
+def test_elements_that_are_not_strings_are_refused() -> None:
+    with pytest.raises(TypeError, match="not int"):
+        tensors.as_bytes_array(_objects([b"a", 3], (2,)))
+    assert not tensors.is_strings(np.zeros(2, np.float32))
