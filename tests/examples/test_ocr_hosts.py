@@ -69,6 +69,9 @@ def test_the_printed_request_reads_the_sample_through_serve_rest_and_grpc(
     answer = json.loads(printed.stdout)["outputs"]
     assert list(answer["texts"]) == WORDS
     assert np.asarray(answer["boxes"]).shape == (3, 4)
+    documented = _readme_answer()  # the README shows this very answer
+    assert answer["texts"] == documented["texts"] and answer["boxes"] == documented["boxes"]
+    np.testing.assert_allclose(answer["scores"], documented["scores"], atol=1e-3)
     scaled = server.post("/v1/models/scaler:predict", {"instances": [[1, 2, 3, 4]]})
     assert scaled.json() == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}  # the demo models still serve
 
@@ -92,6 +95,12 @@ def test_the_printed_request_reads_the_sample_through_serve_rest_and_grpc(
     with pytest.raises(triton.InferenceServerException) as no_text:  # HTTP 204 on REST
         triton.InferenceServerClient(f"127.0.0.1:{grpc_port}").infer("ocr", [blank])
     assert no_text.value.status() == "StatusCode.ABORTED"
+
+
+def _readme_answer() -> dict[str, list[object]]:
+    readme = (ROOT / "examples" / "ocr" / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith('{"outputs":{"texts"'))
+    return dict(json.loads(line)["outputs"])
 
 
 def test_lambda_function_url_event_with_the_jpeg(host_env: pytest.MonkeyPatch,
