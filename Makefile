@@ -1,9 +1,11 @@
-# Quick start:  make serve   (set up + serve the demo model on http://127.0.0.1:8000)
+# Quick start:  make serve   (set up + serve the demo models and the OCR pipeline on
+#                             http://127.0.0.1:8000; prints a ready-to-paste OCR request)
 #               make test    (set up + run the whole test suite)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 EXTRAS := aws,gcp,azure,grpc,dev
+SERVE_DIR ?= $(HOME)/.cache/ov-serverless/serve
 
 .PHONY: setup serve test lint bench protos
 
@@ -11,12 +13,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	$(PY) -m pip install -q --no-deps rapidocr-onnxruntime==1.4.4  # OCR models (files only)
 	touch $@
 
 setup: $(VENV)/.installed
 
 serve: setup
-	$(VENV)/bin/ov-serverless serve --rest_port 8000
+	$(PY) -m demo.serve_repository $(SERVE_DIR)
+	$(VENV)/bin/ov-serverless serve --config_path $(SERVE_DIR)/config.json --rest_port 8000
 
 test: setup
 	bash scripts/install-azurite.sh

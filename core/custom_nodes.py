@@ -19,6 +19,7 @@ import hashlib
 import importlib
 import importlib.util
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -61,7 +62,12 @@ def _import(name: str, base_path: str) -> ModuleType:
             if spec is None or spec.loader is None:
                 raise ConfigError(f"Custom node library {name}: cannot load {base_path}")
             module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            sys.modules[spec.name] = module  # @dataclass and pickle look a module up by name
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(spec.name, None)
+                raise
         else:
             module = importlib.import_module(base_path)
     except ServingError:
