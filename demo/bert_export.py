@@ -222,9 +222,11 @@ def _pbtxt_value(value: Any) -> str:
 
 
 def export(source: Path, out: Path, task: str = "embeddings",
-           weights: Mapping[str, np.ndarray] | None = None, **options: Any) -> Path:
-    """Write OUT/1/ in OVMS's layout; -> that folder."""
-    config = json.loads((source / "config.json").read_text())
+           weights: Mapping[str, np.ndarray] | None = None,
+           config: Mapping[str, Any] | None = None, **options: Any) -> Path:
+    """Write OUT/1/ in OVMS's layout; -> that folder. `weights` and `config` replace the
+    source's (a test's random cross-encoder with the source's tokenizer)."""
+    config = dict(config or json.loads((source / "config.json").read_text()))
     if weights is None:
         from safetensors.numpy import load_file
 
@@ -234,7 +236,7 @@ def export(source: Path, out: Path, task: str = "embeddings",
     model = bert(weights, config, classifier=task == "rerank")
     ov.save_model(model, folder / "openvino_model.xml", compress_to_fp16=False)
     ov.save_model(tokenizer_model(source), folder / "openvino_tokenizer.xml")
-    shutil.copy(source / "config.json", folder / "config.json")
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
     pooling = source / "1_Pooling" / "config.json"
     if pooling.is_file():
         (folder / "1_Pooling").mkdir(exist_ok=True)
