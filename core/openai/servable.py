@@ -275,17 +275,20 @@ def _pool(states: ov.Output, mask: ov.Output, pooling: str) -> ov.Node:
 
 def tokens_of(model: TextModelVersion, texts: list[str], parameters: Mapping[str, Any]
               ) -> list[list[int]]:
-    """/v3/tokenize: each text's token ids, as the tokenize endpoint returns them."""
+    """/v3/tokenize: each text's token ids, cut to max_length (keeping the closing special
+    tokens, as the tokenizer's truncation does) and padded when asked."""
     tokens = model.tokenize(texts)
-    rows = (model.strip_special(tokens) if parameters.get("add_special_tokens") is False
-            else [[int(t) for t in row[:n]] for row, n in zip(tokens.ids, tokens.lengths,
-                                                               strict=True)])
     limit = parameters.get("max_length")
-    if limit is not None:
-        rows = [row[:limit] for row in rows]
+    if parameters.get("add_special_tokens") is False:
+        rows = [row[:limit] for row in model.strip_special(tokens)]
+    else:
+        if limit is not None and tokens.ids.shape[1] > limit:
+            tokens = model.truncated(tokens, limit)
+        rows = [[int(t) for t in row[:n]] for row, n in zip(tokens.ids, tokens.lengths,
+                                                             strict=True)]
     if parameters.get("pad_to_max_length") and limit is not None:
-        pad = model.options.pad_token
+        pad = [model.options.pad_token]
         left = parameters.get("padding_side") == "left"
-        rows = [([pad] * (limit - len(r)) + r) if left else (r + [pad] * (limit - len(r)))
+        rows = [pad * (limit - len(r)) + r if left else r + pad * (limit - len(r))
                 for r in rows]
     return rows
