@@ -354,6 +354,10 @@ class ModelManager:
         cache = str(Path(self.settings.cache_dir) / "models")
         try:
             repository = open_repository(config.base_path, Path(cache))
+            if config.task or (Path(config.base_path) / "graph.pbtxt").is_file():
+                from core.openai.layout import flat_aware
+
+                repository = flat_aware(repository)  # OVMS's unversioned graph folder
         except errors.ServingError as exc:
             repository = _Unreadable(config.base_path, exc.message)
         return ServedModel(config, repository, self.settings.cache_dir)

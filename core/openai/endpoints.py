@@ -252,17 +252,26 @@ def _tokenize_parameters(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def model_list(manager: ModelManager) -> bytes:
-    """Every servable that is AVAILABLE now: models (any task), then pipelines."""
+    """Every servable that serves now (or, lazily, on first use): models of any task, then
+    pipelines."""
     now = int(time.time())
-    names = [n for n, m in manager.models.items() if m.available] + list(manager.pipelines)
+    names = [n for n in manager.models if _listed(manager, n)] + list(manager.pipelines)
     return orjson.dumps({"data": [_model_entry(n, now) for n in names], "object": "list"})
 
 
 def model_info(manager: ModelManager, name: str) -> bytes:
-    served = manager.models.get(name)
-    if not (served is not None and served.available) and name not in manager.pipelines:
+    if not _listed(manager, name) and name not in manager.pipelines:
         raise NotFoundError("Model not found")
     return orjson.dumps(_model_entry(name, int(time.time())))
+
+
+def _listed(manager: ModelManager, name: str) -> bool:
+    from core.model import State
+
+    served = manager.models.get(name)
+    return served is not None and any(
+        v.available or (manager.settings.lazy_load and v.status.state is State.START)
+        for v in served.versions.values())
 
 
 def _model_entry(name: str, created: int) -> dict[str, Any]:
