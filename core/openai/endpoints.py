@@ -71,6 +71,14 @@ def _model_name(doc: dict[str, Any]) -> str:
 
 def _texts(doc: dict[str, Any], field: str) -> list[str]:
     """A string or a non-empty array of strings."""
+    value = _inputs(doc, field)
+    if not all(isinstance(item, str) for item in value):
+        raise InvalidInputError("Input should be string or array of strings")
+    return value  # type: ignore[return-value]
+
+
+def _inputs(doc: dict[str, Any], field: str) -> list[str] | list[list[int]]:
+    """Strings, or token ids (an array of integers, or arrays of them), as OVMS parses them."""
     value = doc.get(field)
     if value is None:
         raise InvalidInputError(f"{field} field is required")
@@ -81,9 +89,36 @@ def _texts(doc: dict[str, Any], field: str) -> list[str]:
                                 "integers")
     if not value:
         raise InvalidInputError(f"{field} array should not be empty")
-    if not all(isinstance(item, str) for item in value):
-        raise InvalidInputError(f"every element in {field} array should be string")
+    kinds = {_kind(item, field) for item in value}
+    if len(kinds) > 1:
+        raise InvalidInputError(f"{field} must be homogeneous")
+    kind = kinds.pop()
+    if kind == "int":
+        return [list(value)]
+    if kind == "str_list":
+        raise InvalidInputError(f"{field} must be either array of strings or array of array "
+                                "of integers")
     return value
+
+
+def _kind(item: Any, field: str) -> str:
+    if isinstance(item, str):
+        return "str"
+    if _is_int(item):
+        return "int"
+    if isinstance(item, list):
+        if not item:
+            raise InvalidInputError(f"inner arrays in {field} should not be empty")
+        if all(_is_int(v) for v in item):
+            return "int_list"
+        if all(isinstance(v, str) for v in item):
+            return "str_list"
+        raise InvalidInputError(f"{field} must be homogeneous")
+    raise InvalidInputError(f"every element in {field} array should be either string or int")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _text_model(manager: ModelManager, name: str, task: str) -> Any:
@@ -120,13 +155,14 @@ def embeddings(manager: ModelManager, body: bytes) -> bytes:
     name = _model_name(doc)
     servable = _text_model(manager, name, "embeddings")
     with _graph(name):
-        texts = _texts(doc, "input")
+        inputs = _inputs(doc, "input")
         encoding = _encoding_format(doc)
         limit = servable.options.max_inputs
-        if len(texts) > limit:
-            raise InvalidInputError(f"Number of inputs {len(texts)} exceeds the allowed "
+        if len(inputs) > limit:
+            raise InvalidInputError(f"Number of inputs {len(inputs)} exceeds the allowed "
                                     f"maximum of {limit}")
-        vectors, tokens = servable.embed(texts)
+        vectors, tokens = (servable.embed(inputs) if isinstance(inputs[0], str)
+                           else servable.embed_tokens(inputs))
         data = [{"object": "embedding", "embedding": _encode(vector, encoding), "index": i}
                 for i, vector in enumerate(vectors)]
         return orjson.dumps({"object": "list", "data": data, "model": name,

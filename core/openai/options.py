@@ -42,6 +42,7 @@ class TaskOptions:
     max_inputs: int = DEFAULT_MAX_INPUTS
     max_chunks: int = DEFAULT_MAX_CHUNKS
     pad_token: int = 0
+    vocab_size: int = 0  # config.json's; 0 = unknown
     special: Mapping[str, int] = field(default_factory=dict)  # bos/eos/sep from config.json
     target_device: str = ""  # from graph.pbtxt; "" = the model config's
     plugin_config: Mapping[str, Any] = field(default_factory=dict)
@@ -75,6 +76,7 @@ def read(folder: Path, task: str, overrides: Mapping[str, Any]) -> TaskOptions:
         max_chunks=int(_pick(overrides, "max_allowed_chunks", graph.get("max_allowed_chunks"),
                              DEFAULT_MAX_CHUNKS)),
         pad_token=int(config.get("pad_token_id") or 0),
+        vocab_size=int(config.get("vocab_size") or 0),
         special={k: int(config[f"{k}_token_id"]) for k in ("bos", "eos", "sep")
                  if isinstance(config.get(f"{k}_token_id"), int)},
         target_device=str(graph.get("target_device") or graph.get("device") or ""),

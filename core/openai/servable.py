@@ -177,6 +177,21 @@ class TextModelVersion(ModelVersion):
             tokens = self.truncated(tokens, limit)
         return self.run(tokens.ids, tokens.mask), int(tokens.mask.sum())
 
+    def embed_tokens(self, rows: list[list[int]]) -> tuple[np.ndarray, int]:
+        """Pre-tokenized inputs (ids as the model's tokenizer made them), right-padded."""
+        width, limit = max(len(r) for r in rows), self.options.context
+        if width > limit:
+            raise InvalidInputError(f"Input length {width} longer than allowed {limit}")
+        vocab = self.options.vocab_size
+        if any(t < 0 or (vocab and t >= vocab) for r in rows for t in r):
+            raise InvalidInputError(f"Token ids must be in [0, {vocab or 'vocabulary size'})")
+        ids = np.full((len(rows), width), self.options.pad_token, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        return self.run(ids, mask), int(mask.sum())
+
     def scores(self, query: str, documents: list[str]) -> np.ndarray:
         """Relevance of each document to the query: sigmoid of the best chunk's logit."""
         o = self.options

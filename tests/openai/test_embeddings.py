@@ -68,7 +68,13 @@ def test_dimensions_and_user_are_ignored_as_ovms_does(call: Call) -> None:
     ({"model": "minilm", "input": 5}, "input should be string, array of strings or array of "
                                       "integers"),
     ({"model": "minilm", "input": []}, "input array should not be empty"),
-    ({"model": "minilm", "input": ["a", 1]}, "every element in input array should be string"),
+    ({"model": "minilm", "input": ["a", 1]}, "input must be homogeneous"),
+    ({"model": "minilm", "input": [1.5]}, "every element in input array should be either string "
+                                          "or int"),
+    ({"model": "minilm", "input": [[]]}, "inner arrays in input should not be empty"),
+    ({"model": "minilm", "input": [["a"]]}, "input must be either array of strings or array of "
+                                            "array of integers"),
+    ({"model": "minilm", "input": [[101, -1]]}, "Token ids must be in [0, 30522)"),
     ({"model": "minilm", "input": "a", "encoding_format": "int8"},
      "encoding_format should either base64 or float"),
     ({"model": "minilm", "input": "a", "encoding_format": 1}, "encoding_format should be string"),
@@ -81,6 +87,19 @@ def test_bad_requests_are_400_in_the_openai_shape(call: Call, request_body: obje
     assert status == 400
     assert body == {"error": {"message": message, "type": "invalid_request_error",
                               "param": None, "code": None}}
+
+
+def test_token_ids_embed_as_their_text(call: Call, minilm_direct: Direct) -> None:
+    ids, mask = minilm_direct.tokens(SENTENCES[:2])
+    rows = [[int(t) for t in row[:n]] for row, n in zip(ids, mask.sum(1), strict=True)]
+    _, texts = call("POST", "/v3/embeddings", {"model": "minilm", "input": SENTENCES[:2]})
+    status, tokens = call("POST", "/v3/embeddings", {"model": "minilm", "input": rows})
+    assert status == 200
+    assert np.abs(np.array([d["embedding"] for d in tokens["data"]])
+                  - np.array([d["embedding"] for d in texts["data"]])).max() < 1e-5
+    assert tokens["usage"]["prompt_tokens"] == texts["usage"]["prompt_tokens"]
+    status, one = call("POST", "/v3/embeddings", {"model": "minilm", "input": rows[0]})
+    assert status == 200 and len(one["data"]) == 1
 
 
 def test_not_json(call: Call) -> None:
