@@ -141,6 +141,17 @@ def test_openai_client_base_url_v1(servers: dict[str, str], expected: dict[str, 
                           _vectors(expected["embeddings"]))
 
 
+def test_langchain_openai_embeddings(servers: dict[str, str],
+                                     expected: dict[str, Any]) -> None:
+    langchain_openai = pytest.importorskip("langchain_openai")
+    embedder = langchain_openai.OpenAIEmbeddings(
+        model="minilm", base_url=servers["server"] + "/v3", api_key="unused",
+        check_embedding_ctx_length=False)  # no tiktoken: the server tokenizes
+    got = np.array(embedder.embed_documents(SENTENCES), np.float32)
+    assert np.allclose(got, _vectors(expected["embeddings"]), atol=1e-6)
+    assert np.allclose(embedder.embed_query(SENTENCES[0]), got[0], atol=1e-6)
+
+
 def test_raw_cohere_rerank_call(servers: dict[str, str], expected: dict[str, Any]) -> None:
     for base in servers.values():
         reply = requests.post(base + "/v3/rerank", json=RERANK, timeout=60)
