@@ -196,7 +196,7 @@ def graph_pbtxt(task: str, **options: Any) -> str:
     """The graph.pbtxt OVMS's export tool writes for an embeddings or rerank model."""
     calculator = "EmbeddingsCalculatorOV" if task == "embeddings" else "RerankCalculatorOV"
     tag = "EMBEDDINGS" if task == "embeddings" else "RERANK"
-    lines = [f"            {k}: {_pbtxt_value(v)}," for k, v in options.items()]
+    lines = [f"            {k}: {_pbtxt_value(k, v)}," for k, v in options.items()]
     return (
         'input_stream: "REQUEST_PAYLOAD:input"\n'
         'output_stream: "RESPONSE_PAYLOAD:output"\n'
@@ -213,11 +213,13 @@ def graph_pbtxt(task: str, **options: Any) -> str:
     )
 
 
-def _pbtxt_value(value: Any) -> str:
+def _pbtxt_value(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str) and value.isupper():
-        return value  # an enum (pooling: MEAN)
+    if key == "pooling":
+        return str(value)  # an enum: MEAN
+    if key == "plugin_config":
+        return f"'{value}'"  # JSON in single quotes, as OVMS's export tool writes it
     return json.dumps(value)
 
 
