@@ -155,6 +155,9 @@ def parse_graph(path: Path) -> dict[str, Any]:
                            f"RerankCalculatorOV node is served here; found: {found}")
     body = text[text.index("node_options"):] if "node_options" in text else ""
     body = body[body.index("]") + 1:] if "]" in body else body
+    leftover = re.sub(r"[\s{},]", "", _OPTION.sub("", body).lstrip(" :"))
+    if leftover:
+        raise ServingError(f"graph.pbtxt: cannot read the node options near {leftover[:40]!r}")
     options: dict[str, Any] = {"__task__": CALCULATORS[calculators[0]]}
     for key, raw in _OPTION.findall(body):
         if key not in _GRAPH_KEYS:

@@ -86,6 +86,8 @@ def test_pooling_from_sentence_transformers(tmp_path: Path) -> None:
      '"/elsewhere" } } }', "models_path must be the graph's own folder"),
     ('node { calculator: "RerankCalculatorOV" node_options: { [x]: { cache_size: 10 } } }',
      "option cache_size is not supported here"),
+    ('node { calculator: "RerankCalculatorOV" node_options: { [x]: { plugin_config: {"A": 1} '
+     '} } }', "cannot read the node options near"),
 ])
 def test_graphs_refused(tmp_path: Path, graph: str, message: str) -> None:
     (tmp_path / "graph.pbtxt").write_text(graph)
