@@ -125,3 +125,19 @@ def test_too_long_without_truncation(call: Call) -> None:
 def test_method_not_allowed_in_the_openai_shape(call: Call) -> None:
     status, body = call("GET", "/v3/embeddings")
     assert status == 405 and body["error"]["type"] == "invalid_request_error"
+
+
+def test_concurrent_requests_get_their_own_answers(call: Call) -> None:
+    """Threads share the tokenizer and model request pools: each gets its own input's vector."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"sentence {i} about {'food' if i % 2 else 'horses'}" for i in range(16)]
+    alone = {t: call("POST", "/v3/embeddings", {"model": "minilm", "input": t})[1]
+             for t in texts}
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(
+            lambda t: call("POST", "/v3/embeddings", {"model": "minilm", "input": t})[1],
+            texts * 2))
+    for text, body in zip(texts * 2, together, strict=True):
+        assert np.abs(np.array(body["data"][0]["embedding"])
+                      - np.array(alone[text]["data"][0]["embedding"])).max() < 1e-5
