@@ -18,6 +18,7 @@ from core import errors, limits, logs, rest
 from core.config import Settings
 from core.cors import Cors
 from core.manager import ModelManager
+from core.openai import endpoints as openai
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ Handler = Callable[[Request, re.Match[str]], Response]
 _NAME = r"(?P<name>[^/:]+)"
 _VERSION = r"(?:/versions/(?P<version>[0-9]+))?"
 _LABEL = r"(?:/labels/(?P<label>[^/:]+))?"
+_OPENAI = r"/(?:v3/(?:v1/)?|v1/)"  # OVMS serves its OpenAI API under /v3, /v3/v1 and /v1
 
 
 def _lower_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -86,6 +88,12 @@ class App:
              {"GET": self._kserve_ready}),
             (re.compile(r"/v2/models/" + _NAME + _VERSION + r"/infer"),
              {"POST": self._kserve_infer}),
+            # OpenAI API (core.openai); /v1/models/{name} stays TF Serving's status route
+            (re.compile(_OPENAI + r"embeddings"), {"POST": self._openai_embeddings}),
+            (re.compile(_OPENAI + r"rerank"), {"POST": self._openai_rerank}),
+            (re.compile(_OPENAI + r"tokenize"), {"POST": self._openai_tokenize}),
+            (re.compile(_OPENAI + r"models"), {"GET": self._openai_models}),
+            (re.compile(r"/v3/(?:v1/)?models/" + _NAME), {"GET": self._openai_model}),
         ]
 
     def handle(self, request: Request) -> Response:
@@ -123,11 +131,17 @@ class App:
             handler, match = self._route(request.method.upper(), self._strip(request.path))
             return handler(request, match)
         except errors.ServingError as exc:
-            return error_response(exc)
+            return error_response(exc, self._is_openai(request.path))
         except Exception as exc:  # a bug must not take the server down; report it as 500
             log.exception("Unhandled error for %s %s", request.method[:16], request.path[:200])
             return error_response(errors.InternalError(
-                f"Internal server error: {type(exc).__name__}"))
+                f"Internal server error: {type(exc).__name__}"), self._is_openai(request.path))
+
+    def _is_openai(self, path: str) -> bool:
+        """An OpenAI API route: its errors take the OpenAI shape."""
+        path = self._strip(path)
+        return bool(re.fullmatch(_OPENAI + r"(?:embeddings|rerank|tokenize|models)", path)
+                    or re.fullmatch(r"/v3/(?:v1/)?models/[^/]+", path))
 
     def _strip(self, path: str) -> str:
         prefix = self.settings.base_path
@@ -195,6 +209,21 @@ class App:
         )
         return Response(200, body, headers)
 
+    def _openai_embeddings(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(openai.embeddings(self.manager, req.body))
+
+    def _openai_rerank(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(openai.rerank(self.manager, req.body))
+
+    def _openai_tokenize(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(openai.tokenize(self.manager, req.body))
+
+    def _openai_models(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(openai.model_list(self.manager))
+
+    def _openai_model(self, req: Request, m: re.Match[str]) -> Response:
+        return json_response(openai.model_info(self.manager, m["name"]))
+
     def _metrics(self, req: Request, m: re.Match[str]) -> Response:
         from core import metrics
 
@@ -240,8 +269,9 @@ def reason_phrase(status: int) -> str:
         return "Unknown"
 
 
-def error_response(exc: errors.ServingError) -> Response:
-    return Response(exc.http_status, exc.to_body(), {"content-type": JSON})
+def error_response(exc: errors.ServingError, openai_shape: bool = False) -> Response:
+    body = openai.error_body(exc) if openai_shape else exc.to_body()
+    return Response(exc.http_status, body, {"content-type": JSON})
 
 
 _default_app: App | None = None

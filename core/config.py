@@ -71,6 +71,10 @@ class ModelConfig:
     idle_sequence_cleanup: bool = True
     low_latency_transformation: bool = False
     dynamic_batching: BatchingConfig | None = None
+    # an OpenAI-API text model (core.openai): "embeddings" | "rerank", and its options
+    # (pooling, normalize, truncate, max_allowed_chunks, max_allowed_inputs)
+    task: str = ""
+    task_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ class Settings:
         for key in ("plugin_config", "dynamic_batching"):
             if f"OVS_{key.upper()}" in env:
                 options[key] = _json_env(env, f"OVS_{key.upper()}")
+        options.update(_task_env(env))
         if isinstance(options.get("model_version_policy"), str):
             options["model_version_policy"] = _json_env(env, "OVS_MODEL_VERSION_POLICY")
         on_lambda = "AWS_LAMBDA_FUNCTION_NAME" in env
@@ -193,6 +198,13 @@ class Settings:
 
 def _default_name(path: str) -> str:
     return posixpath.basename(path.rstrip("/")) or "model"
+
+
+def _task_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """OVS_TASK, OVS_POOLING, OVS_NORMALIZE, OVS_TRUNCATE, OVS_MAX_ALLOWED_CHUNKS,
+    OVS_MAX_ALLOWED_INPUTS: the single-model form of a text model's task options."""
+    return {key: env[f"OVS_{key.upper()}"] for key in ("task", *_TASK_KEYS)
+            if env.get(f"OVS_{key.upper()}")}
 
 
 def _export_blobs(env: Mapping[str, str]) -> bool | None:
@@ -282,7 +294,9 @@ _TOP_KEYS = {"model_config_list", "pipeline_config_list", "custom_node_library_c
 _MODEL_KEYS = {"name", "base_path", "batch_size", "shape", "layout", "model_version_policy",
                "nireq", "target_device", "plugin_config", "allow_cache", "color_format",
                "stateful", "max_sequence_number", "idle_sequence_cleanup",
-               "low_latency_transformation", "dynamic_batching"}
+               "low_latency_transformation", "dynamic_batching", "task",
+               "pooling", "normalize", "truncate", "max_allowed_chunks", "max_allowed_inputs"}
+_TASK_KEYS = ("pooling", "normalize", "truncate", "max_allowed_chunks", "max_allowed_inputs")
 
 
 def load_config_file(path: str, metrics: MetricsConfig = MetricsConfig()) -> ServerConfig:
@@ -366,6 +380,8 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
             low_latency_transformation=_bool(entry.get("low_latency_transformation", False),
                                              f"{path}.low_latency_transformation"),
             dynamic_batching=_batching(entry.get("dynamic_batching"), f"{path}.dynamic_batching"),
+            task=_choice(entry.get("task", ""), ("", "embeddings", "rerank"), f"{path}.task"),
+            task_options=_task_options(entry, path),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -477,6 +493,23 @@ def _batching(value: Any, path: str) -> BatchingConfig | None:
         _int(value.get("max_batch_size", default.max_batch_size), f"{path}.max_batch_size",
              minimum=2),
         _int(value.get("window_us", default.window_us), f"{path}.window_us", minimum=0))
+
+
+def _task_options(entry: dict[str, Any], path: str) -> dict[str, Any]:
+    """A text model's options given in the config entry (or flags / env)."""
+    options: dict[str, Any] = {}
+    if entry.get("pooling") is not None:
+        options["pooling"] = _choice(str(entry["pooling"]).upper(), ("CLS", "LAST", "MEAN"),
+                                     f"{path}.pooling")
+    for key in ("normalize", "truncate"):
+        if entry.get(key) is not None:
+            options[key] = _bool(entry[key], f"{path}.{key}")
+    for key in ("max_allowed_chunks", "max_allowed_inputs"):
+        if entry.get(key) is not None:
+            options[key] = _int(entry[key], f"{path}.{key}", minimum=1)
+    if options and not entry.get("task"):
+        raise ConfigError(f"{path}: {', '.join(options)} need a task (embeddings or rerank)")
+    return options
 
 
 def _plugin_config(value: Any, path: str) -> dict[str, Any]:

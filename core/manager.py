@@ -163,7 +163,8 @@ class ServedModel:
             failed.status = Status(State.LOADING, "UNKNOWN", exc.message)
             log.error("Model %s version %d: %s", self.name, number, exc.message)
             return failed, False
-        version = kind(self.config, number, folder, self.cache_dir)
+        version = _version_class(self.config, folder)(self.config, number, folder,
+                                                      self.cache_dir)
         if load:
             version.load()
         return version, True
@@ -215,7 +216,11 @@ class ServedPipeline:
         return self.pipeline  # OVMS ignores the requested version of a pipeline
 
 
-def _version_class(config: ModelConfig) -> type[ModelVersion]:
+def _version_class(config: ModelConfig, folder: Path | None = None) -> type[ModelVersion]:
+    if config.task or (folder is not None and (folder / "graph.pbtxt").is_file()):
+        from core.openai.servable import TextModelVersion
+
+        return TextModelVersion  # embeddings / rerank (OVMS's export layout)
     if config.stateful:
         from core.stateful import StatefulModelVersion
 
@@ -349,6 +354,10 @@ class ModelManager:
         cache = str(Path(self.settings.cache_dir) / "models")
         try:
             repository = open_repository(config.base_path, Path(cache))
+            if config.task or (Path(config.base_path) / "graph.pbtxt").is_file():
+                from core.openai.layout import flat_aware
+
+                repository = flat_aware(repository)  # OVMS's unversioned graph folder
         except errors.ServingError as exc:
             repository = _Unreadable(config.base_path, exc.message)
         return ServedModel(config, repository, self.settings.cache_dir)

@@ -188,7 +188,7 @@ class ModelVersion:
         served signature comes from the compiled model either way (a blob needs no weights)."""
         from core import compiled_cache, mapping
 
-        path = self.model_file = find_model_file(self.folder)
+        path = self.model_file = self._model_path()
         aliases = mapping.load(self.folder)
         core, device, properties = ov_core(), self.config.target_device, self._compile_config()
         self.blob_key = self._blob_name(core, device, properties)
@@ -212,6 +212,10 @@ class ModelVersion:
         self._fill_pool()
         if self.config.dynamic_batching is not None:
             self._start_batching(self.config.dynamic_batching)
+
+    def _model_path(self) -> Path:
+        """The file to read; subclasses with a fixed layout name theirs."""
+        return find_model_file(self.folder)
 
     def export_blob(self, folder: Path) -> Path | None:
         """Write the compiled model to folder/<blob_key>.blob; None when it is not serving or

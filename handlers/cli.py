@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,10 @@ DEMO_ROOT = Path(os.environ.get("OVS_DEMO_DIR", Path.home() / ".cache" / "ov-ser
 _MODEL_FLAGS = ("batch_size", "shape", "layout", "target_device", "nireq", "plugin_config",
                 "model_version_policy", "dynamic_batching", "max_sequence_number")
 _BOOL_FLAGS = ("stateful", "idle_sequence_cleanup", "low_latency_transformation")
+# a text model's task and options (core.openai), as OVMS's --task embeddings|rerank flags
+_TASK_FLAGS: dict[str, Callable[[str], Any]] = {
+    "task": str, "pooling": str, "max_allowed_chunks": int, "max_allowed_inputs": int}
+_TASK_BOOL_FLAGS = ("normalize", "truncate")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +121,10 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
                             else str)
     for flag in _BOOL_FLAGS:  # as OVMS: `--stateful` or `--stateful=false`
         parser.add_argument(f"--{flag}", type=_flag)
+    for flag, kind in _TASK_FLAGS.items():
+        parser.add_argument(f"--{flag}", type=kind)
+    for flag in _TASK_BOOL_FLAGS:  # OVMS: --normalize true|false
+        parser.add_argument(f"--{flag}", type=_flag)
 
 
 def _metrics_flags(parser: argparse.ArgumentParser) -> None:
@@ -187,6 +196,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             overrides["concurrent"] = True
     options = {flag: getattr(args, flag) for flag in _MODEL_FLAGS if getattr(args, flag)}
     options.update({flag: getattr(args, flag) for flag in _BOOL_FLAGS
+                    if getattr(args, flag) is not None})
+    options.update({flag: getattr(args, flag) for flag in (*_TASK_FLAGS, *_TASK_BOOL_FLAGS)
                     if getattr(args, flag) is not None})
     if options.keys() & {"max_sequence_number", "idle_sequence_cleanup",
                          "low_latency_transformation"} and not options.get("stateful"):

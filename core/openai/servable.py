@@ -1,0 +1,309 @@
+"""A text model version: tokenizer IR + transformer IR, serving embeddings or rerank.
+
+It is a ModelVersion, so versions, storage, hot reload, compiled blobs and lazy load work as
+for any model. What it adds: the tokenizer (openvino-tokenizers, its extension loaded into the
+process Core), the pooling and normalisation OVMS appends to an embeddings model (built into
+the compiled graph, so a request runs one inference), and the rerank chunking.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import queue
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+from openvino import opset13 as ops
+
+from core.errors import InvalidInputError, ServingError
+from core.model import ModelVersion, ov_core
+from core.openai import options as task_options
+
+MODEL_FILE = "openvino_model.xml"
+TOKENIZER_FILE = "openvino_tokenizer.xml"
+EMBEDDINGS_OUTPUT = "embeddings"
+SPECIAL_TOKENS_AROUND_PAIR = 4  # BOS query EOS SEP document EOS, as OVMS composes a pair
+
+_extension_lock = threading.Lock()
+_extension_loaded = False
+
+
+def load_tokenizers_extension() -> None:
+    """Add openvino-tokenizers' operations to the process Core once (without importing the
+    Python package, which patches openvino's classes)."""
+    global _extension_loaded
+    with _extension_lock:
+        if _extension_loaded:
+            return
+        spec = importlib.util.find_spec("openvino_tokenizers")
+        if spec is None or not spec.submodule_search_locations:
+            raise ServingError("Text models need the openvino-tokenizers package "
+                               "(pip install openvino-tokenizers)")
+        lib = Path(list(spec.submodule_search_locations)[0]) / "lib"
+        found = sorted(lib.glob("*openvino_tokenizers.*"))
+        if not found:
+            raise ServingError("openvino-tokenizers is installed without its extension library")
+        ov_core().add_extension(str(found[0]))
+        _extension_loaded = True
+
+
+@dataclass(frozen=True)
+class Tokens:
+    ids: np.ndarray  # [batch, length] int64, right-padded
+    mask: np.ndarray  # [batch, length] int64
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.mask.sum(axis=1)
+
+
+class TextModelVersion(ModelVersion):
+    """One version of an embeddings or rerank model (OVMS's export layout)."""
+
+    options: task_options.TaskOptions
+
+    def _model_path(self) -> Path:
+        path = self.folder / MODEL_FILE
+        if not path.is_file():
+            raise ServingError(f"Could not find {MODEL_FILE} in the model folder")
+        return path
+
+    def _build(self) -> None:
+        self.options = task_options.read(self.folder, self.config.task,
+                                         self.config.task_options)
+        if not (self.folder / TOKENIZER_FILE).is_file():
+            raise ServingError(f"Could not find {TOKENIZER_FILE} in the model folder")
+        load_tokenizers_extension()
+        tokenizer = ov_core().compile_model(str(self.folder / TOKENIZER_FILE), "CPU")
+        self._tokenizers: queue.Queue[ov.InferRequest] = queue.Queue()
+        for _ in range(4):
+            self._tokenizers.put(tokenizer.create_infer_request())
+        self.prefix, self.suffix = self._template()
+        super()._build()
+        self._check_signature()
+
+    def _compile_config(self) -> dict[str, Any]:
+        config = super()._compile_config()
+        config.update({k: str(v) for k, v in self.options.plugin_config.items()
+                       if k not in self.config.plugin_config})  # the config entry wins
+        return config
+
+    def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
+        """The blob holds the pooling and normalisation too: the options are in its key."""
+        from core import compiled_cache
+
+        if not self.config.allow_cache:
+            return ""
+        o = self.options
+        return compiled_cache.key(core, device, self.folder, properties, (
+            type(self).__name__, o.task, o.pooling, o.normalize))
+
+    def _transform(self, model: ov.Model) -> None:
+        if self.options.task == "embeddings":
+            _add_pooling(model, self.options.pooling, self.options.normalize)
+
+    def _check_signature(self) -> None:
+        needed = {"input_ids", "attention_mask"}
+        if not needed <= set(self.inputs):
+            raise ServingError(f"{MODEL_FILE} must take input_ids and attention_mask; it takes "
+                               f"{', '.join(self.inputs)}")
+        if self.options.task == "rerank" and "logits" not in self.outputs:
+            raise ServingError(f"A rerank {MODEL_FILE} must have a logits output")
+
+    # -- tokenizer -----------------------------------------------------------------------------
+
+    def tokenize(self, texts: list[str]) -> Tokens:
+        request = self._tokenizers.get()
+        try:
+            result = request.infer([np.array(texts, dtype=np.str_)])
+        finally:
+            self._tokenizers.put(request)
+        ids = np.asarray(result["input_ids"], dtype=np.int64)
+        mask = np.asarray(result["attention_mask"], dtype=np.int64)
+        return _trim(Tokens(ids, mask))
+
+    def _template(self) -> tuple[list[int], list[int]]:
+        """The special tokens the tokenizer puts before and after a text: the common start
+        of the tokens of "" and of "a", and the rest of those of ""."""
+        tokens = self.tokenize(["", "a"])
+        empty = [int(t) for t in tokens.ids[0][: tokens.lengths[0]]]
+        one = [int(t) for t in tokens.ids[1][: tokens.lengths[1]]]
+        start = 0
+        while start < len(empty) and start < len(one) and empty[start] == one[start]:
+            start += 1
+        return empty[:start], empty[start:]
+
+    def strip_special(self, tokens: Tokens) -> list[list[int]]:
+        """Each row's text tokens, without the template's special tokens or padding."""
+        head, tail = len(self.prefix), len(self.suffix)
+        return [[int(t) for t in row[head:length - tail]]
+                for row, length in zip(tokens.ids, tokens.lengths, strict=True)]
+
+    def truncated(self, tokens: Tokens, limit: int) -> Tokens:
+        """Rows cut to `limit` tokens keeping the template's closing tokens, as a tokenizer
+        with truncation would cut them."""
+        ids, mask = tokens.ids[:, :limit].copy(), tokens.mask[:, :limit].copy()
+        tail = self.suffix[: max(limit - len(self.prefix), 0)]
+        for row, length in enumerate(tokens.lengths):
+            if length > limit and tail:
+                ids[row, limit - len(tail):] = tail
+        return Tokens(ids, mask)
+
+    # -- inference -----------------------------------------------------------------------------
+
+    def run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The model's one result ([batch, hidden] embeddings or [batch, labels] logits)."""
+        feed = {self._input_ports["input_ids"]: ids, self._input_ports["attention_mask"]: mask}
+        if "token_type_ids" in self._input_ports:
+            feed[self._input_ports["token_type_ids"]] = np.zeros_like(ids)
+        with self.serving():
+            outputs = self._run(feed)
+        name = EMBEDDINGS_OUTPUT if self.options.task == "embeddings" else "logits"
+        return np.asarray(outputs[name], dtype=np.float32)
+
+    def embed(self, texts: list[str]) -> tuple[np.ndarray, int]:
+        """-> (embeddings [n, hidden] float32, prompt tokens)."""
+        tokens = self.tokenize(texts)
+        limit = self.options.context
+        if tokens.ids.shape[1] > limit:
+            if not self.options.truncate:
+                raise InvalidInputError(
+                    f"Input length {tokens.ids.shape[1]} longer than allowed {limit}")
+            tokens = self.truncated(tokens, limit)
+        return self.run(tokens.ids, tokens.mask), int(tokens.mask.sum())
+
+    def embed_tokens(self, rows: list[list[int]]) -> tuple[np.ndarray, int]:
+        """Pre-tokenized inputs (ids as the model's tokenizer made them), right-padded."""
+        width, limit = max(len(r) for r in rows), self.options.context
+        if width > limit:
+            raise InvalidInputError(f"Input length {width} longer than allowed {limit}")
+        vocab = self.options.vocab_size
+        if any(t < 0 or (vocab and t >= vocab) for r in rows for t in r):
+            raise InvalidInputError(f"Token ids must be in [0, {vocab or 'vocabulary size'})")
+        ids = np.full((len(rows), width), self.options.pad_token, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        return self.run(ids, mask), int(mask.sum())
+
+    def scores(self, query: str, documents: list[str]) -> np.ndarray:
+        """Relevance of each document to the query: sigmoid of the best chunk's logit."""
+        o = self.options
+        if len(documents) > o.max_chunks:
+            raise InvalidInputError("Number of documents exceeds max_allowed_chunks")
+        query_tokens, *doc_tokens = self.strip_special(self.tokenize([query, *documents]))
+        query_tokens = query_tokens[: o.context // 2]  # OVMS keeps at most half for the query
+        room = o.context - len(query_tokens) - SPECIAL_TOKENS_AROUND_PAIR
+        if room <= 0:
+            raise InvalidInputError("Chunking failed: no space left for chunks")
+        chunks, owners = _chunks(doc_tokens, room)
+        if len(chunks) > o.max_chunks:
+            raise InvalidInputError(
+                "Chunking failed: exceeding max_allowed_chunks after chunking limit: "
+                f"{o.max_chunks}; actual: {len(chunks)}")
+        ids, mask = self._pairs(query_tokens, chunks)
+        logits = self.run(ids, mask)
+        column = logits[:, 1] if logits.shape[1] > 1 else logits[:, 0]
+        chunk_scores = 1.0 / (1.0 + np.exp(-column.astype(np.float64)))
+        best = np.zeros(len(documents))
+        np.maximum.at(best, np.asarray(owners, dtype=np.int64), chunk_scores)
+        return best
+
+    def _pairs(self, query: list[int], chunks: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """BOS query EOS SEP chunk EOS, right-padded: the pair layout OVMS builds."""
+        bos, eos, sep = self.special_tokens()
+        rows = [[bos, *query, eos, sep, *chunk, eos] for chunk in chunks]
+        width = max(len(r) for r in rows)
+        ids = np.full((len(rows), width), self.options.pad_token, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        return ids, mask
+
+    def special_tokens(self) -> tuple[int, int, int]:
+        """(bos, eos, sep): config.json's ids, else the tokenizer's template tokens."""
+        special = self.options.special
+        bos = special.get("bos", self.prefix[0] if self.prefix else None)
+        eos = special.get("eos", self.suffix[-1] if self.suffix else None)
+        if bos is None or eos is None:
+            raise ServingError("Rerank needs BOS and EOS tokens: the tokenizer adds none and "
+                               "config.json names no bos_token_id / eos_token_id")
+        return int(bos), int(eos), int(special.get("sep", eos))
+
+
+def _trim(tokens: Tokens) -> Tokens:
+    """Drop padding columns beyond the longest row (a tokenizer may pad to a fixed size)."""
+    width = int(tokens.lengths.max()) if tokens.mask.size else 0
+    return Tokens(tokens.ids[:, :width], tokens.mask[:, :width])
+
+
+def _chunks(documents: list[list[int]], room: int) -> tuple[list[list[int]], list[int]]:
+    """Documents split into chunks of at most `room` tokens, with each chunk's document."""
+    chunks: list[list[int]] = []
+    owners: list[int] = []
+    for index, tokens in enumerate(documents):
+        for start in range(0, max(len(tokens), 1), room):
+            chunks.append(tokens[start:start + room])
+            owners.append(index)
+    return chunks, owners
+
+
+def _add_pooling(model: ov.Model, pooling: str, normalize: bool) -> None:
+    """Replace the model's results by one [batch, hidden] `embeddings` output: the hidden
+    states (the 3-D output) pooled over the attended tokens, then L2-normalised."""
+    hidden = [r.input_value(0) for r in model.get_results()
+              if r.get_output_partial_shape(0).rank.get_length() == 3]
+    if not hidden:
+        raise ServingError(f"{MODEL_FILE} has no 3-D output (hidden states) to pool")
+    states = hidden[0]
+    mask = next(p for p in model.get_parameters() if "attention_mask" in p.output(0).get_names())
+    pooled = _pool(states, mask.output(0), pooling)
+    if normalize:
+        pooled = ops.normalize_l2(pooled, ops.constant(np.array([1], np.int64)), 1e-12, "max")
+    pooled.output(0).set_names({EMBEDDINGS_OUTPUT})
+    for result in list(model.get_results()):
+        model.remove_result(result)
+    model.add_results([ops.result(pooled)])
+
+
+def _pool(states: ov.Output, mask: ov.Output, pooling: str) -> ov.Node:
+    zero, one = ops.constant(np.int64(0)), ops.constant(np.int64(1))
+    if pooling == "CLS":
+        return ops.gather(states, zero, one)
+    weights = ops.convert(mask, "f32")
+    if pooling == "MEAN":
+        summed = ops.reduce_sum(ops.multiply(states, ops.unsqueeze(weights, ops.constant(
+            np.int64(-1)))), one, False)
+        count = ops.maximum(ops.reduce_sum(weights, one, True), ops.constant(np.float32(1e-9)))
+        return ops.divide(summed, count)
+    # LAST: the last attended token of each (right-padded) row
+    last = ops.subtract(ops.reduce_sum(ops.convert(mask, "i64"), one, False), one)
+    return ops.gather(states, last, one, 1)
+
+
+def tokens_of(model: TextModelVersion, texts: list[str], parameters: Mapping[str, Any]
+              ) -> list[list[int]]:
+    """/v3/tokenize: each text's token ids, cut to max_length (keeping the closing special
+    tokens, as the tokenizer's truncation does) and padded when asked."""
+    tokens = model.tokenize(texts)
+    limit = parameters.get("max_length")
+    if parameters.get("add_special_tokens") is False:
+        rows = [row[:limit] for row in model.strip_special(tokens)]
+    else:
+        if limit is not None and tokens.ids.shape[1] > limit:
+            tokens = model.truncated(tokens, limit)
+        rows = [[int(t) for t in row[:n]] for row, n in zip(tokens.ids, tokens.lengths,
+                                                             strict=True)]
+    if parameters.get("pad_to_max_length") and limit is not None:
+        pad = [model.options.pad_token]
+        left = parameters.get("padding_side") == "left"
+        rows = [pad * (limit - len(r)) + r if left else r + pad * (limit - len(r))
+                for r in rows]
+    return rows
