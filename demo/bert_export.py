@@ -19,6 +19,7 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -173,6 +174,7 @@ def random_weights(config: Mapping[str, Any], seed: int = 0, labels: int = 1
 
 def tokenizer_model(source: Path) -> ov.Model:
     """openvino-tokenizers' conversion of the fast tokenizer in `source` (offline)."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found"
     from openvino_tokenizers import convert_tokenizer
     from transformers import PreTrainedTokenizerFast
 

@@ -1,6 +1,6 @@
-"""The repository `make serve` serves: the demo models (classifier, scaler) plus the OCR
-pipeline of examples/ocr (real PP-OCRv4 models from the rapidocr-onnxruntime wheel), and a
-ready-to-paste request with the bundled sample jpeg.
+"""The repository `make serve` serves: the demo models (classifier, scaler), the OCR pipeline of
+examples/ocr (real PP-OCRv4 models from the rapidocr-onnxruntime wheel) with a ready-to-paste
+request for the bundled sample jpeg, and all-MiniLM-L6-v2 on the OpenAI embeddings API.
 
     python -m demo.serve_repository DIR     # writes DIR/config.json, prints the requests
 """
@@ -42,7 +42,11 @@ def ocr_hint(root: Path, base: str = "http://127.0.0.1:8000") -> str:
 
 def main(argv: list[str]) -> int:
     root = Path(argv[0]) if argv else Path("demo_models")
+    from demo import embeddings
+
     config = write_serve_repository(root)
+    if embeddings.add_embeddings_model(root):
+        print(embeddings.EXAMPLES.format(name=embeddings.NAME), file=sys.stderr)
     if (root / "ocr_request.json").is_file():
         print(ocr_hint(root), file=sys.stderr)
     print(config)
