@@ -6,6 +6,7 @@ Every problem is reported as a ConfigError naming the JSON path of the offending
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import re
@@ -27,6 +28,8 @@ DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 DEFAULT_CACHE_DIR = "/tmp/ov-cache"
 DEFAULT_LIMITS = Limits()
 METRICS_PATH = "/metrics"
+
+log = logging.getLogger("ov_serverless.config")
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,8 +356,9 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
                 entry.get("model_version_policy"), f"{path}.model_version_policy"),
             nireq=_int(entry.get("nireq", 0), f"{path}.nireq", minimum=0),
             target_device=_str(entry.get("target_device", "CPU"), f"{path}.target_device"),
-            plugin_config=_plugin_config(entry.get("plugin_config", {}),
-                                         f"{path}.plugin_config"),
+            plugin_config=modern_plugin_config(
+                _plugin_config(entry.get("plugin_config", {}), f"{path}.plugin_config"),
+                f"{path}.plugin_config", name),
             allow_cache=_bool(entry.get("allow_cache", True), f"{path}.allow_cache"),
             color_format=_choice(entry.get("color_format", "BGR"), ("RGB", "BGR"),
                                  f"{path}.color_format"),
@@ -490,3 +494,49 @@ def _plugin_config(value: Any, path: str) -> dict[str, Any]:
         if not isinstance(item, (str, int, float, bool)):
             raise ConfigError(f"{path}.{key}: expected a string, number or boolean")
     return dict(value)
+
+
+# -- legacy plugin_config keys -------------------------------------------------------------------
+# OpenVINO 2.0 dropped the 1.0 keys that OVMS configs still carry; OVMS renames them before it
+# compiles (src/json_parser.cpp): *_THROUGHPUT_STREAMS "<dev>_THROUGHPUT_AUTO" -> PERFORMANCE_HINT
+# THROUGHPUT, a number -> NUM_STREAMS, CPU_THREADS_NUM -> INFERENCE_NUM_THREADS. CPU_BIND_THREAD
+# OVMS passed through for OpenVINO to map, which it did onto ENABLE_CPU_PINNING (YES and
+# HYBRID_AWARE pin threads to cores; NUMA and NO do not); OpenVINO now rejects the old key.
+
+_STREAMS_KEYS = {"CPU_THROUGHPUT_STREAMS": "CPU_THROUGHPUT_AUTO",
+                 "GPU_THROUGHPUT_STREAMS": "GPU_THROUGHPUT_AUTO"}
+_BIND_THREAD = {"YES": True, "HYBRID_AWARE": True, "NUMA": False, "NO": False}
+_noticed: set[tuple[str, str]] = set()  # (model, key): a reload does not repeat the notice
+
+
+def modern_plugin_config(config: Mapping[str, Any], path: str, model: str) -> dict[str, Any]:
+    """`config` with legacy keys renamed as OVMS renames them; a later key wins, as in OVMS."""
+    modern: dict[str, Any] = {}
+    for key, value in config.items():
+        new_key, new_value = _modern_property(key, value, f"{path}.{key}")
+        if new_key != key:
+            _deprecation_notice(model, key, new_key)
+        modern[new_key] = new_value
+    return modern
+
+
+def _modern_property(key: str, value: Any, path: str) -> tuple[str, Any]:
+    if key in _STREAMS_KEYS and not isinstance(value, bool):
+        if value == _STREAMS_KEYS[key]:
+            return "PERFORMANCE_HINT", "THROUGHPUT"
+        return "NUM_STREAMS", value
+    if key == "CPU_THREADS_NUM":
+        return "INFERENCE_NUM_THREADS", value
+    if key == "CPU_BIND_THREAD":
+        pinning = _BIND_THREAD.get(str(value).upper())
+        if pinning is None:
+            raise ConfigError(f"{path}: expected one of {', '.join(_BIND_THREAD)}, got {value!r}")
+        return "ENABLE_CPU_PINNING", pinning
+    return key, value
+
+
+def _deprecation_notice(model: str, key: str, new_key: str) -> None:
+    if (model, key) not in _noticed:
+        _noticed.add((model, key))
+        log.warning("%s plugin config key is deprecated. Use %s instead (model %s)",
+                    key, new_key, model)
