@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from core import devices
 from core.cors import CorsConfig
 from core.errors import ConfigError, StorageError
 from core.limits import Limits
@@ -355,7 +356,8 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
             version_policy=parse_version_policy(
                 entry.get("model_version_policy"), f"{path}.model_version_policy"),
             nireq=_int(entry.get("nireq", 0), f"{path}.nireq", minimum=0),
-            target_device=_str(entry.get("target_device", "CPU"), f"{path}.target_device"),
+            target_device=devices.check(_str(entry.get("target_device", "CPU"),
+                                             f"{path}.target_device"), f"{path}.target_device"),
             plugin_config=modern_plugin_config(
                 _plugin_config(entry.get("plugin_config", {}), f"{path}.plugin_config"),
                 f"{path}.plugin_config", name),

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from core import metrics, tensors
+from core import devices, metrics, tensors
 from core.batching import Batcher
 from core.config import BatchingConfig, ModelConfig
 from core.errors import ConfigError, ModelNotReadyError, PreconditionError, ServingError
@@ -190,7 +190,8 @@ class ModelVersion:
 
         path = self.model_file = find_model_file(self.folder)
         aliases = mapping.load(self.folder)
-        core, device, properties = ov_core(), self.config.target_device, self._compile_config()
+        core, properties = ov_core(), self._compile_config()
+        device = devices.resolve(core, self.config.target_device)
         self.blob_key = self._blob_name(core, device, properties)
         found = compiled_cache.find(self.blob_key, self.folder, self.cache_dir) \
             if self.blob_key else None
@@ -268,7 +269,7 @@ class ModelVersion:
         from core import compiled_cache
 
         assert self._compiled is not None
-        streams = int(self._compiled.get_property("NUM_STREAMS"))
+        streams = _streams(self._compiled)
         size = self.config.nireq or int(
             self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")
         )
@@ -382,6 +383,14 @@ def _cause(exc: Exception) -> str:
                                                                      "Check '"))]
     text = " ".join(useful) or " ".join(line for line in lines if line)
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, RuntimeError) else text
+
+
+def _streams(compiled: ov.CompiledModel) -> int:
+    """NUM_STREAMS of a compiled model; 1 where the device does not report it (AUTO)."""
+    try:
+        return int(compiled.get_property("NUM_STREAMS"))
+    except RuntimeError:
+        return 1
 
 
 def _port_name(port: ov.Output) -> str:
