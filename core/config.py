@@ -61,7 +61,7 @@ class BatchingConfig:
 class ModelConfig:
     name: str
     base_path: str
-    batch_size: Dim | None = None
+    batch_size: Dim | str | None = None  # str: only ever "auto"
     shape: ShapeSpec = None
     layout: str | dict[str, str] | None = None
     version_policy: VersionPolicy = VersionPolicy()

@@ -13,7 +13,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,7 @@ import numpy as np
 import openvino as ov
 
 from core import devices, metrics, tensors
+from core.auto_shape import Fit
 from core.batching import Batcher
 from core.config import BatchingConfig, ModelConfig
 from core.errors import ConfigError, ModelNotReadyError, PreconditionError, ServingError
@@ -129,6 +130,10 @@ class ModelVersion:
         # set when the first request ends, or on retirement: a waiting blob export runs then
         # (or, retired, gives up)
         self._export_gate = threading.Event()
+        # batch_size / shape "auto" (core.auto_shape): the shapes this version is compiled for,
+        # and who reloads it for a request that needs others (set by the model's registry)
+        self.fit = Fit()
+        self.refit: Callable[[ModelVersion, Inputs], ModelVersion] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -233,7 +238,7 @@ class ModelVersion:
             return ""
         return compiled_cache.key(core, device, self.folder, properties, (
             type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
-            c.low_latency_transformation))
+            c.low_latency_transformation, *((self.fit,) if self.fit != Fit() else ())))
 
     def _read(self, path: Path, aliases: Any) -> ov.Model:
         """The model as config says to serve it: weights a bucket still holds are downloaded
@@ -246,7 +251,7 @@ class ModelVersion:
         model = ov_core().read_model(str(path))
         self.timings["read_s"] = time.perf_counter() - started
         self._transform(model)
-        reshape.apply(model, self.config, aliases)
+        reshape.apply(model, self.config, aliases, self.fit)
         return model
 
     def _transform(self, model: ov.Model) -> None:
@@ -327,6 +332,10 @@ class ModelVersion:
 
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
         """Validate and run one request; outputs are owned by the caller."""
+        if self.refit is not None:  # batch_size / shape "auto"
+            fitted = self.refit(self, inputs)
+            if fitted is not self:
+                return fitted.infer(inputs)
         ready = validate(self.inputs, inputs, self.config.color_format)
         feed = {self._input_ports[name]: array for name, array in ready.items()}
         with self.serving():
