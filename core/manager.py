@@ -192,6 +192,9 @@ class ServedModel:
                  fit.describe())
         version = type(current)(self.config, current.version, current.folder, self.cache_dir)
         version.fit, version.refit = fit, self.refit
+        serving = current.status
+        current.status = Status(State.AVAILABLE, "OK", f"Reloading for {fit.describe()} "
+                                "(auto); this version serves meanwhile")
         version.load()
         if not version.available:
             message = (f"Reload for {fit.describe()} failed: {version.status.error_message}; "
@@ -205,6 +208,8 @@ class ServedModel:
             published = self.versions.get(current.version) is current
             if published:
                 self.versions = {**self.versions, current.version: version}
+        if not published:  # replaced by a sync meanwhile: that one serves
+            current.status = serving
         self._retire(current if published else version, release=False)
         return version if published else current
 

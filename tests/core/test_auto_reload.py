@@ -217,3 +217,30 @@ def test_explicit_dynamic_batches_never_reload(app: App, name: str, shape: list[
         status, doc = predict(app, name, data)
         assert status == 200 and np.allclose(doc["predictions"], data * 2)
     assert reloads(app, name) == 0
+
+
+def test_status_says_a_reload_is_under_way(app: App) -> None:
+    """While the version compiles for the new shape, the serving one stays AVAILABLE and its
+    status says why; once replaced, the status is plain OK."""
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def reload() -> None:
+        try:
+            predict(app, "image_auto", np.zeros((2, 3, 224, 224), np.float32))
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=reload)
+    thread.start()
+    while not done.is_set():
+        _, doc = call(app, "GET", "/v1/models/image_auto")
+        (version,) = doc["model_version_status"]
+        assert version["state"] == "AVAILABLE"
+        seen.add(version["status"]["error_message"])
+    thread.join()
+    assert ("Reloading for input (2,3,224,224) (auto); this version serves meanwhile"
+            in seen), seen
+    _, doc = call(app, "GET", "/v1/models/image_auto")
+    assert doc["model_version_status"][0]["status"] == {"error_code": "OK",
+                                                        "error_message": "OK"}
