@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ov-serverless", description=__doc__)
+    parser.add_argument("--version", action=_Version, help="print the versions and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve REST (and gRPC with --port) until SIGTERM")
     _model_flags(serve)
@@ -98,7 +99,24 @@ def _parser() -> argparse.ArgumentParser:
         child.add_argument("--log_level", default="INFO",
                            choices=logs.LEVELS, type=str.upper)
         child.add_argument("--log_path", default="", help="also write the log to this file")
+    serve.add_argument("--version", action=_Version, help="print the versions and exit")
     return parser
+
+
+class _Version(argparse.Action):
+    """OVMS's --version: this server's version, then its OpenVINO's (imported only here)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import version
+
+        import openvino
+
+        print(f"ov-serverless {version('ov-serverless')}\n"
+              f"OpenVINO backend {openvino.get_version()}")
+        parser.exit()
 
 
 def _model_flags(parser: argparse.ArgumentParser) -> None:
