@@ -127,6 +127,9 @@ class Settings:
     metrics: MetricsConfig = MetricsConfig()  # flags/env; a config file's monitoring wins
     cors: CorsConfig = CorsConfig()  # OVMS's --allowed_origins & co.; OVS_ALLOWED_* env
     cpu_extension: str = ""  # a library of custom operations (OVS_CPU_EXTENSION)
+    # stateful models: a sequence idle this long is dropped (OVMS's
+    # --sequence_cleaner_poll_wait_minutes; 0: never)
+    sequence_cleaner_minutes: float = 5.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -162,6 +165,9 @@ class Settings:
                                        env.get("OVS_METRICS_LIST", "")),
             cors=cors_from_env(env),
             cpu_extension=env.get("OVS_CPU_EXTENSION", ""),
+            sequence_cleaner_minutes=minutes_setting(
+                env.get("OVS_SEQUENCE_CLEANER_POLL_WAIT_MINUTES", "5"),
+                "OVS_SEQUENCE_CLEANER_POLL_WAIT_MINUTES"),
             limits=Limits(
                 max_tensor_elements=_env_int(env, "OVS_MAX_TENSOR_ELEMENTS",
                                              DEFAULT_LIMITS.max_tensor_elements),
@@ -203,6 +209,17 @@ def _export_blobs(env: Mapping[str, str]) -> bool | None:
     if "OVS_EXPORT_BLOBS" in env:
         return env["OVS_EXPORT_BLOBS"].lower() in ("1", "true", "yes")
     return False if "K_SERVICE" in env else None
+
+
+def minutes_setting(value: str, name: str) -> float:
+    """A non-negative number of minutes (fractions allowed)."""
+    try:
+        minutes = float(value)
+    except ValueError:
+        raise ConfigError(f"{name}: expected a number of minutes, got {value!r}") from None
+    if not minutes >= 0:
+        raise ConfigError(f"{name}: must be >= 0, got {value}")
+    return minutes
 
 
 def _env_bool(env: Mapping[str, str], key: str) -> bool | None:

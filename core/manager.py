@@ -9,6 +9,7 @@ Readers never take a lock on the hot path.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -270,6 +271,13 @@ def _version_class(config: ModelConfig) -> type[ModelVersion]:
     return ModelVersion
 
 
+def _configure_sequence_cleaner(minutes: float) -> None:
+    """--sequence_cleaner_poll_wait_minutes: one setting for every stateful model."""
+    from core.stateful import StatefulModelVersion
+
+    StatefulModelVersion.idle_seconds = minutes * 60 if minutes > 0 else math.inf
+
+
 def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
     """A retried version that failed again exactly as before: nothing changed."""
     return (old is not None and new.status.error_code != "OK"
@@ -287,6 +295,7 @@ class ModelManager:
         compiled_cache.configure(settings.concurrent, settings.compiled_cache,
                                  settings.export_blobs)
         add_extension(settings.cpu_extension)
+        _configure_sequence_cleaner(settings.sequence_cleaner_minutes)
         self.settings = settings
         self.models: dict[str, ServedModel] = {}
         self.pipelines: dict[str, ServedPipeline] = {}

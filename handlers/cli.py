@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core import logs
-from core.config import Settings, cors_from_env, metrics_from_flags
+from core.config import Settings, cors_from_env, metrics_from_flags, minutes_setting
 from core.errors import ConfigError
 
 EX_USAGE = 64  # sysexits.h; OVMS exits with it on a bad command line
@@ -128,6 +128,8 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
                         help="a library of custom operations for the models (OpenVINO extension)")
     parser.add_argument("--lazy_load", action="store_true", help="compile on first request")
     parser.add_argument("--file_system_poll_wait_seconds", type=float)
+    parser.add_argument("--sequence_cleaner_poll_wait_minutes",
+                        help="stateful models: drop a sequence idle this long (0: never)")
     parser.add_argument("--max_request_bytes", type=int)
     for flag in _MODEL_FLAGS:
         parser.add_argument(f"--{flag}", type=int if flag in ("nireq", "max_sequence_number")
@@ -193,6 +195,9 @@ def _settings(args: argparse.Namespace) -> Settings:
             overrides[key] = getattr(args, key)
     if args.lazy_load:
         overrides["lazy_load"] = True
+    if args.sequence_cleaner_poll_wait_minutes is not None:
+        overrides["sequence_cleaner_minutes"] = minutes_setting(
+            args.sequence_cleaner_poll_wait_minutes, "--sequence_cleaner_poll_wait_minutes")
     if args.file_system_poll_wait_seconds is not None:
         overrides["reload_interval"] = args.file_system_poll_wait_seconds
     elif args.command == "serve" and "OVS_RELOAD_INTERVAL" not in os.environ:
