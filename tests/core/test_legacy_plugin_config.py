@@ -203,3 +203,22 @@ def test_the_full_slide_28_line_serves(repo: Path, tmp_path: Path) -> None:
     assert "CPU_THROUGHPUT_STREAMS plugin config key is deprecated. Use NUM_STREAMS" in log
     assert "CPU_BIND_THREAD plugin config key is deprecated. Use ENABLE_CPU_PINNING" in log
     assert "Unsupported property" not in log
+
+
+@pytest.mark.parametrize(("legacy", "modern"), SLIDE_28)
+def test_flag_line_loads(legacy: str, modern: dict[str, Any], repo: Path, tmp_path: Path) -> None:
+    """`--plugin_config '<line>'` as written: the version loads (its streams gauge is what
+    OpenVINO gives for the modern keys over this host's default hint) and the log names the
+    new key."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OVS_")}
+    done = subprocess.run(
+        [console_script(), "invoke", "GET", "/metrics", "--model_name", "scaler",
+         "--model_path", str(repo), "--cache_dir", str(tmp_path), "--plugin_config", legacy],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    compiled = ov.Core().compile_model(  # invoke's host default, then the modern keys
+        models.scaler(2.0, shape=(1, 4)), "CPU",
+        {"PERFORMANCE_HINT": "LATENCY", **{k: str(v) for k, v in modern.items()}})
+    assert _gauge(done.stdout, "ovms_streams") == int(compiled.get_property("NUM_STREAMS"))
+    for key, new_key in zip(json.loads(legacy), modern, strict=True):
+        assert f"{key} plugin config key is deprecated. Use {new_key} instead" in done.stderr
