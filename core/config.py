@@ -364,7 +364,7 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
     if entry.get("stateful") is True and entry.get("dynamic_batching") is not None:
         raise ConfigError(f"{path}.dynamic_batching: not available for stateful models")
     try:
-        return ModelConfig(
+        model = ModelConfig(
             name=name,
             base_path=_resolve(base_dir, base_path),
             batch_size=parse_batch(entry.get("batch_size"), f"{path}.batch_size"),
@@ -392,6 +392,19 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    _auto_notices(model)
+    return model
+
+
+def _auto_notices(model: ModelConfig) -> None:
+    """OVMS's warnings for "auto": it still works (core.auto_shape), at a compile per change."""
+    shape = model.shape
+    if model.batch_size == "auto":
+        _notice_once(model.name, "batch_size", "Batch size auto is deprecated. Use model "
+                     "dynamic shapes instead (batch_size -1 or a range)")
+    if shape == "auto" or (isinstance(shape, dict) and "auto" in shape.values()):
+        _notice_once(model.name, "shape", "Shape auto is deprecated. Use model dynamic "
+                     "shapes instead (-1 or a range in the shape)")
 
 
 def parse_version_policy(value: Any, path: str) -> VersionPolicy:
@@ -555,7 +568,10 @@ def _modern_property(key: str, value: Any, path: str) -> tuple[str, Any]:
 
 
 def _deprecation_notice(model: str, key: str, new_key: str) -> None:
+    _notice_once(model, key, f"{key} plugin config key is deprecated. Use {new_key} instead")
+
+
+def _notice_once(model: str, key: str, message: str) -> None:
     if (model, key) not in _noticed:
         _noticed.add((model, key))
-        log.warning("%s plugin config key is deprecated. Use %s instead (model %s)",
-                    key, new_key, model)
+        log.warning("%s (model %s)", message, model)

@@ -6,6 +6,7 @@ reloads show in /metrics. Explicit dynamic dimensions (-1, ranges) never reload.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from pathlib import Path
@@ -244,3 +245,18 @@ def test_status_says_a_reload_is_under_way(app: App) -> None:
     _, doc = call(app, "GET", "/v1/models/image_auto")
     assert doc["model_version_status"][0]["status"] == {"error_code": "OK",
                                                         "error_message": "OK"}
+
+
+def test_auto_logs_ovms_deprecation_warning_once(caplog: pytest.LogCaptureFixture) -> None:
+    from core import config as config_module
+    from core.config import parse_config
+
+    config_module._noticed.clear()
+    doc = {"model_config_list": [
+        {"config": {"name": "b", "base_path": "/m/b", "batch_size": "auto"}},
+        {"config": {"name": "s", "base_path": "/m/s", "shape": {"x": "auto"}}}]}
+    with caplog.at_level(logging.WARNING, logger="ov_serverless.config"):
+        for _ in range(2):  # a reload parses the file again
+            parse_config(json.dumps(doc).encode())
+    assert caplog.text.count("Batch size auto is deprecated. Use model dynamic shapes") == 1
+    assert caplog.text.count("Shape auto is deprecated. Use model dynamic shapes") == 1
