@@ -75,6 +75,9 @@ class ModelConfig:
     idle_sequence_cleanup: bool = True
     low_latency_transformation: bool = False
     dynamic_batching: BatchingConfig | None = None
+    # OVMS's input preprocessing: (x - mean) / scale, a number or one value per channel
+    mean: float | tuple[float, ...] | None = None
+    scale: float | tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         env = os.environ if env is None else env
         options: dict[str, Any] = {}
-        for key in ("batch_size", "shape", "layout", "target_device", "model_version_policy"):
+        for key in ("batch_size", "shape", "layout", "target_device", "model_version_policy",
+                    "mean", "scale"):
             if f"OVS_{key.upper()}" in env:
                 options[key] = env[f"OVS_{key.upper()}"]
         if "OVS_NIREQ" in env:
@@ -303,7 +307,7 @@ _TOP_KEYS = {"model_config_list", "pipeline_config_list", "custom_node_library_c
 _MODEL_KEYS = {"name", "base_path", "batch_size", "shape", "layout", "model_version_policy",
                "nireq", "target_device", "plugin_config", "allow_cache", "color_format",
                "stateful", "max_sequence_number", "idle_sequence_cleanup",
-               "low_latency_transformation", "dynamic_batching"}
+               "low_latency_transformation", "dynamic_batching", "mean", "scale"}
 
 
 def load_config_file(path: str, metrics: MetricsConfig = MetricsConfig()) -> ServerConfig:
@@ -389,11 +393,33 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
             low_latency_transformation=_bool(entry.get("low_latency_transformation", False),
                                              f"{path}.low_latency_transformation"),
             dynamic_batching=_batching(entry.get("dynamic_batching"), f"{path}.dynamic_batching"),
+            mean=float_or_floats(entry.get("mean"), f"{path}.mean"),
+            scale=float_or_floats(entry.get("scale"), f"{path}.scale"),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     _auto_notices(model)
     return model
+
+
+def float_or_floats(value: Any, path: str) -> float | tuple[float, ...] | None:
+    """OVMS's mean / scale: 0.5, [1, 2, 3], or those written as a string ("[1,2,3]",
+    "(1,2,3)")."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        text = value.replace(" ", "")
+        bracketed = text[:1] + text[-1:] in ("[]", "()")
+        value = text[1:-1].split(",") if bracketed else text
+    try:
+        if isinstance(value, list) and value and not any(isinstance(v, bool) for v in value):
+            return tuple(float(v) for v in value)
+        if not isinstance(value, (bool, list)):
+            return float(value)
+    except (TypeError, ValueError):
+        pass
+    raise ConfigError(f"{path}: expected a number or a list of numbers (one per channel), "
+                      f"got {value!r}")
 
 
 def _auto_notices(model: ModelConfig) -> None:

@@ -238,7 +238,7 @@ class ModelVersion:
             return ""
         return compiled_cache.key(core, device, self.folder, properties, (
             type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
-            c.low_latency_transformation, *((self.fit,) if self.fit != Fit() else ())))
+            c.low_latency_transformation, *_graph_extras(c, self.fit)))
 
     def _read(self, path: Path, aliases: Any) -> ov.Model:
         """The model as config says to serve it: weights a bucket still holds are downloaded
@@ -392,6 +392,14 @@ def _cause(exc: Exception) -> str:
                                                                      "Check '"))]
     text = " ".join(useful) or " ".join(line for line in lines if line)
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, RuntimeError) else text
+
+
+def _graph_extras(config: ModelConfig, fit: Fit) -> tuple[object, ...]:
+    """Blob-key parts that change the graph, only when set (keys without them stay as they were)."""
+    extras: tuple[object, ...] = (fit,) if fit != Fit() else ()
+    if config.mean is not None or config.scale is not None:
+        extras += ("mean", config.mean, "scale", config.scale)
+    return extras
 
 
 def _streams(compiled: ov.CompiledModel) -> int:

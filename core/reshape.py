@@ -38,6 +38,8 @@ def apply(model: ov.Model, config: ModelConfig, aliases: Aliases, fit: Fit | Non
     transposed = {n: lay for n, lay in layouts.items() if lay[0] and lay[0] != lay[1]}
     if transposed:
         _add_transposes(model, transposed)
+    if config.mean is not None or config.scale is not None:
+        _add_mean_scale(model, config.mean, config.scale)
 
 
 def _name(port: ov.Output) -> str:
@@ -129,6 +131,33 @@ def _with_batch(port: ov.Output, batch: Dim, layout: tuple[str | None, str] | No
     index = layout[1].index("N") if layout and "N" in layout[1] else 0
     shape[index] = _dimension(batch)
     return ov.PartialShape(shape)
+
+
+def _add_mean_scale(model: ov.Model, mean: float | tuple[float, ...] | None,
+                    scale: float | tuple[float, ...] | None) -> None:
+    """(x - mean) / scale inside the compiled model, on its only input (as OVMS applies it)."""
+    from openvino.preprocess import PrePostProcessor
+
+    if len(model.inputs) != 1:
+        raise ServingError("mean and scale apply to a model with one input; this one has "
+                           f"{len(model.inputs)}")
+    ppp = PrePostProcessor(model)
+    steps = ppp.input().preprocess()
+    try:
+        if mean is not None:
+            steps.mean(list(mean) if isinstance(mean, tuple) else mean)
+        if scale is not None:
+            steps.scale(list(scale) if isinstance(scale, tuple) else scale)
+        ppp.build()
+    except RuntimeError as exc:
+        raise ServingError(f"mean / scale preprocessing cannot apply to this model: "
+                           f"{_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines()
+             if line.strip() and not line.startswith(("Exception from", "Check '"))]
+    return lines[0].strip() if lines else type(exc).__name__
 
 
 def _add_transposes(model: ov.Model, layouts: Layouts) -> None:
