@@ -78,6 +78,7 @@ class ModelConfig:
     # OVMS's input preprocessing: (x - mean) / scale, a number or one value per channel
     mean: float | tuple[float, ...] | None = None
     scale: float | tuple[float, ...] | None = None
+    precision: tuple[str, str] | None = None  # "<request>:<model>", e.g. ("u8", "f32")
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class Settings:
         env = os.environ if env is None else env
         options: dict[str, Any] = {}
         for key in ("batch_size", "shape", "layout", "target_device", "model_version_policy",
-                    "mean", "scale"):
+                    "mean", "scale", "precision"):
             if f"OVS_{key.upper()}" in env:
                 options[key] = env[f"OVS_{key.upper()}"]
         if "OVS_NIREQ" in env:
@@ -307,7 +308,7 @@ _TOP_KEYS = {"model_config_list", "pipeline_config_list", "custom_node_library_c
 _MODEL_KEYS = {"name", "base_path", "batch_size", "shape", "layout", "model_version_policy",
                "nireq", "target_device", "plugin_config", "allow_cache", "color_format",
                "stateful", "max_sequence_number", "idle_sequence_cleanup",
-               "low_latency_transformation", "dynamic_batching", "mean", "scale"}
+               "low_latency_transformation", "dynamic_batching", "mean", "scale", "precision"}
 
 
 def load_config_file(path: str, metrics: MetricsConfig = MetricsConfig()) -> ServerConfig:
@@ -395,6 +396,7 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
             dynamic_batching=_batching(entry.get("dynamic_batching"), f"{path}.dynamic_batching"),
             mean=float_or_floats(entry.get("mean"), f"{path}.mean"),
             scale=float_or_floats(entry.get("scale"), f"{path}.scale"),
+            precision=_precision(entry.get("precision"), f"{path}.precision"),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -420,6 +422,24 @@ def float_or_floats(value: Any, path: str) -> float | tuple[float, ...] | None:
         pass
     raise ConfigError(f"{path}: expected a number or a list of numbers (one per channel), "
                       f"got {value!r}")
+
+
+# OVMS's precision names -> OpenVINO element types
+_PRECISIONS = {"BF16": "bf16", "FP64": "f64", "FP32": "f32", "FP16": "f16", "INT64": "i64",
+               "INT32": "i32", "INT16": "i16", "INT8": "i8", "INT4": "i4", "UINT64": "u64",
+               "UINT32": "u32", "UINT16": "u16", "UINT8": "u8", "UINT4": "u4", "UINT1": "u1"}
+
+
+def _precision(value: Any, path: str) -> tuple[str, str] | None:
+    """OVMS's "<request precision>:<model precision>", e.g. "UINT8:FP32" -> ("u8", "f32")."""
+    if value is None or value == "":
+        return None
+    request, sep, model = str(value).upper().partition(":")
+    if not isinstance(value, str) or not sep or request not in _PRECISIONS \
+            or model not in _PRECISIONS:
+        raise ConfigError(f"{path}: expected <request precision>:<model precision> of "
+                          f"{', '.join(_PRECISIONS)}, got {value!r}")
+    return _PRECISIONS[request], _PRECISIONS[model]
 
 
 def _auto_notices(model: ModelConfig) -> None:

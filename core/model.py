@@ -397,8 +397,8 @@ def _cause(exc: Exception) -> str:
 def _graph_extras(config: ModelConfig, fit: Fit) -> tuple[object, ...]:
     """Blob-key parts that change the graph, only when set (keys without them stay as they were)."""
     extras: tuple[object, ...] = (fit,) if fit != Fit() else ()
-    if config.mean is not None or config.scale is not None:
-        extras += ("mean", config.mean, "scale", config.scale)
+    if config.mean is not None or config.scale is not None or config.precision is not None:
+        extras += ("mean", config.mean, "scale", config.scale, "precision", config.precision)
     return extras
 
 

@@ -38,8 +38,8 @@ def apply(model: ov.Model, config: ModelConfig, aliases: Aliases, fit: Fit | Non
     transposed = {n: lay for n, lay in layouts.items() if lay[0] and lay[0] != lay[1]}
     if transposed:
         _add_transposes(model, transposed)
-    if config.mean is not None or config.scale is not None:
-        _add_mean_scale(model, config.mean, config.scale)
+    if config.mean is not None or config.scale is not None or config.precision is not None:
+        _add_preprocessing(model, config)
 
 
 def _name(port: ov.Output) -> str:
@@ -133,24 +133,28 @@ def _with_batch(port: ov.Output, batch: Dim, layout: tuple[str | None, str] | No
     return ov.PartialShape(shape)
 
 
-def _add_mean_scale(model: ov.Model, mean: float | tuple[float, ...] | None,
-                    scale: float | tuple[float, ...] | None) -> None:
-    """(x - mean) / scale inside the compiled model, on its only input (as OVMS applies it)."""
+def _add_preprocessing(model: ov.Model, config: ModelConfig) -> None:
+    """On the model's only input, as OVMS applies them: requests in `precision`'s first type,
+    converted to its second, then (x - mean) / scale, all inside the compiled model."""
     from openvino.preprocess import PrePostProcessor
 
     if len(model.inputs) != 1:
-        raise ServingError("mean and scale apply to a model with one input; this one has "
-                           f"{len(model.inputs)}")
+        raise ServingError("precision, mean and scale apply to a model with one input; this "
+                           f"one has {len(model.inputs)}")
     ppp = PrePostProcessor(model)
     steps = ppp.input().preprocess()
+    mean, scale = config.mean, config.scale
     try:
+        if config.precision is not None:
+            ppp.input().tensor().set_element_type(getattr(ov.Type, config.precision[0]))
+            steps.convert_element_type(getattr(ov.Type, config.precision[1]))
         if mean is not None:
             steps.mean(list(mean) if isinstance(mean, tuple) else mean)
         if scale is not None:
             steps.scale(list(scale) if isinstance(scale, tuple) else scale)
         ppp.build()
     except RuntimeError as exc:
-        raise ServingError(f"mean / scale preprocessing cannot apply to this model: "
+        raise ServingError(f"precision / mean / scale cannot apply to this model: "
                            f"{_first_line(exc)}") from None
 
 

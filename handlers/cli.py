@@ -20,7 +20,7 @@ EX_USAGE = 64  # sysexits.h; OVMS exits with it on a bad command line
 DEMO_ROOT = Path(os.environ.get("OVS_DEMO_DIR", Path.home() / ".cache" / "ov-serverless" / "demo"))
 _MODEL_FLAGS = ("batch_size", "shape", "layout", "target_device", "nireq", "plugin_config",
                 "model_version_policy", "dynamic_batching", "max_sequence_number", "mean",
-                "scale")
+                "scale", "precision")
 _BOOL_FLAGS = ("stateful", "idle_sequence_cleanup", "low_latency_transformation")
 
 

@@ -1,5 +1,6 @@
-"""OVMS's `mean` / `scale` model fields (and --mean / --scale, OVS_MEAN / OVS_SCALE): the model
-computes on (x - mean) / scale, a number or one value per channel, inside the compiled model."""
+"""OVMS's `mean` / `scale` / `precision` model fields (and --mean, OVS_MEAN, ...): the model
+computes on (x - mean) / scale, a number or one value per channel, of requests sent in the
+precision's first type, all inside the compiled model."""
 
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ def test_per_channel_values_match_openvino_on_normalised_input(app: App) -> None
 def test_a_model_with_two_inputs_fails_to_load_with_a_reason(app: App) -> None:
     status = app.manager.models["two_inputs"].versions[1].status
     assert status.error_code == "UNKNOWN"
-    assert "mean and scale apply to a model with one input; this one has 2" in status.error_message
+    assert ("precision, mean and scale apply to a model with one input; this one has 2"
+            in status.error_message)
     assert _predict(app, "scalar", np.ones((1, 4), np.float32))[0] == 200  # others serve
 
 
@@ -101,3 +103,27 @@ def test_env_and_flag_forms(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"predictions": [[0.0, 2.0, 4.0, 6.0]]}
+
+
+def test_precision_takes_requests_in_another_type(tmp_path: Path) -> None:
+    """"UINT8:FP32": requests send uint8 (metadata says so), the FP32 model gets them converted;
+    with mean and scale applied after the conversion, as OVMS orders them."""
+    save_ir(models.scaler(2.0, shape=(1, 4)), tmp_path / "scaler" / "1")
+    config = write_config(tmp_path / "config.json", [
+        {"name": "u8", "base_path": str(tmp_path / "scaler"), "precision": "UINT8:FP32",
+         "mean": 100, "scale": 2}])
+    app = _app(config, tmp_path)
+    response = app.handle(make_request("GET", "/v2/models/u8", b"", {}))
+    assert json.loads(response.body)["inputs"][0]["datatype"] == "UINT8"
+    status, doc = _predict(app, "u8", np.array([[100, 102, 110, 255]], np.uint8))
+    assert status == 200, doc
+    assert doc == {"predictions": [[0.0, 2.0, 10.0, 155.0]]}
+
+
+@pytest.mark.parametrize("value", ["FP32", "UINT8:FP", "U8:F32", 8])
+def test_bad_precision_is_a_config_error(value: Any) -> None:
+    doc = {"model_config_list": [{"config": {"name": "m", "base_path": "/m",
+                                             "precision": value}}]}
+    with pytest.raises(ConfigError, match=r"config\.precision: expected <request precision>:"
+                                          r"<model precision> of BF16, FP64"):
+        parse_config(json.dumps(doc).encode())
