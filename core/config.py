@@ -400,8 +400,20 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if model.stateful and _auto_batch(model) | _auto_shape(model):  # OVMS's rule and text
+        raise ConfigError(f"{path}: Dynamic shape and dynamic batch size are not supported for "
+                          "stateful models (batch_size / shape auto)")
     _auto_notices(model)
     return model
+
+
+def _auto_batch(model: ModelConfig) -> bool:
+    return model.batch_size == "auto"
+
+
+def _auto_shape(model: ModelConfig) -> bool:
+    shape = model.shape
+    return shape == "auto" or (isinstance(shape, dict) and "auto" in shape.values())
 
 
 def float_or_floats(value: Any, path: str) -> float | tuple[float, ...] | None:
@@ -444,11 +456,10 @@ def _precision(value: Any, path: str) -> tuple[str, str] | None:
 
 def _auto_notices(model: ModelConfig) -> None:
     """OVMS's warnings for "auto": it still works (core.auto_shape), at a compile per change."""
-    shape = model.shape
-    if model.batch_size == "auto":
+    if _auto_batch(model):
         _notice_once(model.name, "batch_size", "Batch size auto is deprecated. Use model "
                      "dynamic shapes instead (batch_size -1 or a range)")
-    if shape == "auto" or (isinstance(shape, dict) and "auto" in shape.values()):
+    if _auto_shape(model):
         _notice_once(model.name, "shape", "Shape auto is deprecated. Use model dynamic "
                      "shapes instead (-1 or a range in the shape)")
 

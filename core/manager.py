@@ -196,7 +196,11 @@ class ServedModel:
         serving = current.status
         current.status = Status(State.AVAILABLE, "OK", f"Reloading for {fit.describe()} "
                                 "(auto); this version serves meanwhile")
-        version.load()
+        try:
+            version.load()
+        except BaseException:  # load() reports what it expects; anything else: as it was
+            current.status = serving
+            raise
         if not version.available:
             message = (f"Reload for {fit.describe()} failed: {version.status.error_message}; "
                        "the current shape keeps serving")

@@ -260,3 +260,16 @@ def test_auto_logs_ovms_deprecation_warning_once(caplog: pytest.LogCaptureFixtur
             parse_config(json.dumps(doc).encode())
     assert caplog.text.count("Batch size auto is deprecated. Use model dynamic shapes") == 1
     assert caplog.text.count("Shape auto is deprecated. Use model dynamic shapes") == 1
+
+
+@pytest.mark.parametrize("auto", [{"batch_size": "auto"}, {"shape": "auto"},
+                                  {"shape": {"x": "auto"}}])
+def test_a_stateful_model_cannot_be_auto(auto: dict[str, Any]) -> None:
+    from core.config import parse_config
+    from core.errors import ConfigError
+
+    doc = {"model_config_list": [{"config": {"name": "s", "base_path": "/m/s", "stateful": True,
+                                             **auto}}]}
+    with pytest.raises(ConfigError, match="Dynamic shape and dynamic batch size are not "
+                                          "supported for stateful models"):
+        parse_config(json.dumps(doc).encode())
