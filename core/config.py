@@ -403,6 +403,9 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
     if model.stateful and _auto_batch(model) | _auto_shape(model):  # OVMS's rule and text
         raise ConfigError(f"{path}: Dynamic shape and dynamic batch size are not supported for "
                           "stateful models (batch_size / shape auto)")
+    if model.dynamic_batching is not None and _auto_batch(model) | _auto_shape(model):
+        raise ConfigError(f"{path}.dynamic_batching: needs a dynamic batch dimension; use "
+                          "batch_size -1 (or a range), not auto")
     _auto_notices(model)
     return model
 

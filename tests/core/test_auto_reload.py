@@ -273,3 +273,14 @@ def test_a_stateful_model_cannot_be_auto(auto: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="Dynamic shape and dynamic batch size are not "
                                           "supported for stateful models"):
         parse_config(json.dumps(doc).encode())
+
+
+def test_dynamic_batching_with_auto_is_refused() -> None:
+    from core.config import parse_config
+    from core.errors import ConfigError
+
+    doc = {"model_config_list": [{"config": {"name": "d", "base_path": "/m/d",
+                                             "batch_size": "auto", "dynamic_batching": {}}}]}
+    with pytest.raises(ConfigError, match=r"dynamic_batching: needs a dynamic batch dimension; "
+                                          r"use batch_size -1 \(or a range\), not auto"):
+        parse_config(json.dumps(doc).encode())
