@@ -74,7 +74,7 @@ def main() -> None:
         auto, dynamic = _app(root, "auto"), _app(root, -1)
         _predict(auto, 1)
         _predict(dynamic, 1)
-        rows = {"auto": [], "dynamic": []}  # type: dict[str, list[dict[str, float]]]
+        rows: dict[str, list[dict[str, float]]] = {"auto": [], "dynamic": []}
         for index in range(2 * args.rounds):  # 2, 1, 2, 1...: every round changes the batch
             batch = 2 if index % 2 == 0 else 1
             rows["auto"].append(_round(auto, batch, args.warm))
