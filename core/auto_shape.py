@@ -57,10 +57,11 @@ def needed(version: Any, inputs: Mapping[str, np.ndarray]) -> Fit | None:
         if spec is None or spec.dtype is tensors.BYTES:
             continue
         shape = tuple(int(d) for d in array.shape)
-        if shape_auto(config, name, version._input_ports.get(name, name)):
+        real = version._input_ports.get(name, name)
+        if shape_auto(config, name, real):
             if not _fits(spec.dims, shape) and all(d > 0 for d in shape):
                 shapes[name] = shape
-        elif config.batch_size == AUTO and not _shaped(config, name):
+        elif config.batch_size == AUTO and not _shaped(config, name, real):
             wanted = _other_batch(spec.dims, spec.batch_index, shape)
             batch = wanted if wanted is not None else batch
     if not shapes and batch is None:
@@ -69,10 +70,11 @@ def needed(version: Any, inputs: Mapping[str, np.ndarray]) -> Fit | None:
     return Fit(batch if batch is not None else current.batch, tuple(sorted(merged.items())))
 
 
-def _shaped(config: Any, name: str) -> bool:
+def _shaped(config: Any, served: str, real: str) -> bool:
     """Does the config give this input a shape (which wins over batch_size)?"""
     shape = config.shape
-    return shape is not None and (not isinstance(shape, dict) or name in shape)
+    return shape is not None and (not isinstance(shape, dict) or served in shape
+                                  or real in shape)
 
 
 def _fits(dims: Dims, shape: tuple[int, ...]) -> bool:
