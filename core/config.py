@@ -6,6 +6,7 @@ Every problem is reported as a ConfigError naming the JSON path of the offending
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import re
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from core import devices
 from core.cors import CorsConfig
 from core.errors import ConfigError, StorageError
 from core.limits import Limits
@@ -27,6 +29,8 @@ DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 DEFAULT_CACHE_DIR = "/tmp/ov-cache"
 DEFAULT_LIMITS = Limits()
 METRICS_PATH = "/metrics"
+
+log = logging.getLogger("ov_serverless.config")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +61,7 @@ class BatchingConfig:
 class ModelConfig:
     name: str
     base_path: str
-    batch_size: Dim | None = None
+    batch_size: Dim | str | None = None  # str: only ever "auto"
     shape: ShapeSpec = None
     layout: str | dict[str, str] | None = None
     version_policy: VersionPolicy = VersionPolicy()
@@ -71,6 +75,10 @@ class ModelConfig:
     idle_sequence_cleanup: bool = True
     low_latency_transformation: bool = False
     dynamic_batching: BatchingConfig | None = None
+    # OVMS's input preprocessing: (x - mean) / scale, a number or one value per channel
+    mean: float | tuple[float, ...] | None = None
+    scale: float | tuple[float, ...] | None = None
+    precision: tuple[str, str] | None = None  # "<request>:<model>", e.g. ("u8", "f32")
     # an OpenAI-API text model (core.openai): "embeddings" | "rerank", and its options
     # (pooling, normalize, truncate, max_allowed_chunks, max_allowed_inputs)
     task: str = ""
@@ -127,12 +135,16 @@ class Settings:
     metrics: MetricsConfig = MetricsConfig()  # flags/env; a config file's monitoring wins
     cors: CorsConfig = CorsConfig()  # OVMS's --allowed_origins & co.; OVS_ALLOWED_* env
     cpu_extension: str = ""  # a library of custom operations (OVS_CPU_EXTENSION)
+    # stateful models: a sequence idle this long is dropped (OVMS's
+    # --sequence_cleaner_poll_wait_minutes; 0: never)
+    sequence_cleaner_minutes: float = 5.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         env = os.environ if env is None else env
         options: dict[str, Any] = {}
-        for key in ("batch_size", "shape", "layout", "target_device", "model_version_policy"):
+        for key in ("batch_size", "shape", "layout", "target_device", "model_version_policy",
+                    "mean", "scale", "precision"):
             if f"OVS_{key.upper()}" in env:
                 options[key] = env[f"OVS_{key.upper()}"]
         if "OVS_NIREQ" in env:
@@ -163,6 +175,9 @@ class Settings:
                                        env.get("OVS_METRICS_LIST", "")),
             cors=cors_from_env(env),
             cpu_extension=env.get("OVS_CPU_EXTENSION", ""),
+            sequence_cleaner_minutes=minutes_setting(
+                env.get("OVS_SEQUENCE_CLEANER_POLL_WAIT_MINUTES", "5"),
+                "OVS_SEQUENCE_CLEANER_POLL_WAIT_MINUTES"),
             limits=Limits(
                 max_tensor_elements=_env_int(env, "OVS_MAX_TENSOR_ELEMENTS",
                                              DEFAULT_LIMITS.max_tensor_elements),
@@ -211,6 +226,17 @@ def _export_blobs(env: Mapping[str, str]) -> bool | None:
     if "OVS_EXPORT_BLOBS" in env:
         return env["OVS_EXPORT_BLOBS"].lower() in ("1", "true", "yes")
     return False if "K_SERVICE" in env else None
+
+
+def minutes_setting(value: str, name: str) -> float:
+    """A non-negative number of minutes (fractions allowed)."""
+    try:
+        minutes = float(value)
+    except ValueError:
+        raise ConfigError(f"{name}: expected a number of minutes, got {value!r}") from None
+    if not minutes >= 0:
+        raise ConfigError(f"{name}: must be >= 0, got {value}")
+    return minutes
 
 
 def _env_bool(env: Mapping[str, str], key: str) -> bool | None:
@@ -294,8 +320,9 @@ _TOP_KEYS = {"model_config_list", "pipeline_config_list", "custom_node_library_c
 _MODEL_KEYS = {"name", "base_path", "batch_size", "shape", "layout", "model_version_policy",
                "nireq", "target_device", "plugin_config", "allow_cache", "color_format",
                "stateful", "max_sequence_number", "idle_sequence_cleanup",
-               "low_latency_transformation", "dynamic_batching", "task",
-               "pooling", "normalize", "truncate", "max_allowed_chunks", "max_allowed_inputs"}
+               "low_latency_transformation", "dynamic_batching", "mean", "scale", "precision",
+               "task", "pooling", "normalize", "truncate", "max_allowed_chunks",
+               "max_allowed_inputs"}
 _TASK_KEYS = ("pooling", "normalize", "truncate", "max_allowed_chunks", "max_allowed_inputs")
 
 
@@ -357,7 +384,7 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
     if entry.get("stateful") is True and entry.get("dynamic_batching") is not None:
         raise ConfigError(f"{path}.dynamic_batching: not available for stateful models")
     try:
-        return ModelConfig(
+        model = ModelConfig(
             name=name,
             base_path=_resolve(base_dir, base_path),
             batch_size=parse_batch(entry.get("batch_size"), f"{path}.batch_size"),
@@ -366,9 +393,11 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
             version_policy=parse_version_policy(
                 entry.get("model_version_policy"), f"{path}.model_version_policy"),
             nireq=_int(entry.get("nireq", 0), f"{path}.nireq", minimum=0),
-            target_device=_str(entry.get("target_device", "CPU"), f"{path}.target_device"),
-            plugin_config=_plugin_config(entry.get("plugin_config", {}),
-                                         f"{path}.plugin_config"),
+            target_device=devices.check(_str(entry.get("target_device", "CPU"),
+                                             f"{path}.target_device"), f"{path}.target_device"),
+            plugin_config=modern_plugin_config(
+                _plugin_config(entry.get("plugin_config", {}), f"{path}.plugin_config"),
+                f"{path}.plugin_config", name),
             allow_cache=_bool(entry.get("allow_cache", True), f"{path}.allow_cache"),
             color_format=_choice(entry.get("color_format", "BGR"), ("RGB", "BGR"),
                                  f"{path}.color_format"),
@@ -380,11 +409,79 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
             low_latency_transformation=_bool(entry.get("low_latency_transformation", False),
                                              f"{path}.low_latency_transformation"),
             dynamic_batching=_batching(entry.get("dynamic_batching"), f"{path}.dynamic_batching"),
+            mean=float_or_floats(entry.get("mean"), f"{path}.mean"),
+            scale=float_or_floats(entry.get("scale"), f"{path}.scale"),
+            precision=_precision(entry.get("precision"), f"{path}.precision"),
             task=_choice(entry.get("task", ""), ("", "embeddings", "rerank"), f"{path}.task"),
             task_options=_task_options(entry, path),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if model.stateful and _auto_batch(model) | _auto_shape(model):  # OVMS's rule and text
+        raise ConfigError(f"{path}: Dynamic shape and dynamic batch size are not supported for "
+                          "stateful models (batch_size / shape auto)")
+    if model.dynamic_batching is not None and _auto_batch(model) | _auto_shape(model):
+        raise ConfigError(f"{path}.dynamic_batching: needs a dynamic batch dimension; use "
+                          "batch_size -1 (or a range), not auto")
+    _auto_notices(model)
+    return model
+
+
+def _auto_batch(model: ModelConfig) -> bool:
+    return model.batch_size == "auto"
+
+
+def _auto_shape(model: ModelConfig) -> bool:
+    shape = model.shape
+    return shape == "auto" or (isinstance(shape, dict) and "auto" in shape.values())
+
+
+def float_or_floats(value: Any, path: str) -> float | tuple[float, ...] | None:
+    """OVMS's mean / scale: 0.5, [1, 2, 3], or those written as a string ("[1,2,3]",
+    "(1,2,3)")."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        text = value.replace(" ", "")
+        bracketed = text[:1] + text[-1:] in ("[]", "()")
+        value = text[1:-1].split(",") if bracketed else text
+    try:
+        if isinstance(value, list) and value and not any(isinstance(v, bool) for v in value):
+            return tuple(float(v) for v in value)
+        if not isinstance(value, (bool, list)):
+            return float(value)
+    except (TypeError, ValueError):
+        pass
+    raise ConfigError(f"{path}: expected a number or a list of numbers (one per channel), "
+                      f"got {value!r}")
+
+
+# OVMS's precision names -> OpenVINO element types
+_PRECISIONS = {"BF16": "bf16", "FP64": "f64", "FP32": "f32", "FP16": "f16", "INT64": "i64",
+               "INT32": "i32", "INT16": "i16", "INT8": "i8", "INT4": "i4", "UINT64": "u64",
+               "UINT32": "u32", "UINT16": "u16", "UINT8": "u8", "UINT4": "u4", "UINT1": "u1"}
+
+
+def _precision(value: Any, path: str) -> tuple[str, str] | None:
+    """OVMS's "<request precision>:<model precision>", e.g. "UINT8:FP32" -> ("u8", "f32")."""
+    if value is None or value == "":
+        return None
+    request, sep, model = str(value).upper().partition(":")
+    if not isinstance(value, str) or not sep or request not in _PRECISIONS \
+            or model not in _PRECISIONS:
+        raise ConfigError(f"{path}: expected <request precision>:<model precision> of "
+                          f"{', '.join(_PRECISIONS)}, got {value!r}")
+    return _PRECISIONS[request], _PRECISIONS[model]
+
+
+def _auto_notices(model: ModelConfig) -> None:
+    """OVMS's warnings for "auto": it still works (core.auto_shape), at a compile per change."""
+    if _auto_batch(model):
+        _notice_once(model.name, "batch_size", "Batch size auto is deprecated. Use model "
+                     "dynamic shapes instead (batch_size -1 or a range)")
+    if _auto_shape(model):
+        _notice_once(model.name, "shape", "Shape auto is deprecated. Use model dynamic "
+                     "shapes instead (-1 or a range in the shape)")
 
 
 def parse_version_policy(value: Any, path: str) -> VersionPolicy:
@@ -523,3 +620,52 @@ def _plugin_config(value: Any, path: str) -> dict[str, Any]:
         if not isinstance(item, (str, int, float, bool)):
             raise ConfigError(f"{path}.{key}: expected a string, number or boolean")
     return dict(value)
+
+
+# -- legacy plugin_config keys -------------------------------------------------------------------
+# OpenVINO 2.0 dropped the 1.0 keys that OVMS configs still carry; OVMS renames them before it
+# compiles (src/json_parser.cpp): *_THROUGHPUT_STREAMS "<dev>_THROUGHPUT_AUTO" -> PERFORMANCE_HINT
+# THROUGHPUT, a number -> NUM_STREAMS, CPU_THREADS_NUM -> INFERENCE_NUM_THREADS. CPU_BIND_THREAD
+# OVMS passed through for OpenVINO to map, which it did onto ENABLE_CPU_PINNING (YES and
+# HYBRID_AWARE pin threads to cores; NUMA and NO do not); OpenVINO now rejects the old key.
+
+_STREAMS_KEYS = {"CPU_THROUGHPUT_STREAMS": "CPU_THROUGHPUT_AUTO",
+                 "GPU_THROUGHPUT_STREAMS": "GPU_THROUGHPUT_AUTO"}
+_BIND_THREAD = {"YES": True, "HYBRID_AWARE": True, "NUMA": False, "NO": False}
+_noticed: set[tuple[str, str]] = set()  # (model, key): a reload does not repeat the notice
+
+
+def modern_plugin_config(config: Mapping[str, Any], path: str, model: str) -> dict[str, Any]:
+    """`config` with legacy keys renamed as OVMS renames them; a later key wins, as in OVMS."""
+    modern: dict[str, Any] = {}
+    for key, value in config.items():
+        new_key, new_value = _modern_property(key, value, f"{path}.{key}")
+        if new_key != key:
+            _deprecation_notice(model, key, new_key)
+        modern[new_key] = new_value
+    return modern
+
+
+def _modern_property(key: str, value: Any, path: str) -> tuple[str, Any]:
+    if key in _STREAMS_KEYS and not isinstance(value, bool):
+        if value == _STREAMS_KEYS[key]:
+            return "PERFORMANCE_HINT", "THROUGHPUT"
+        return "NUM_STREAMS", value
+    if key == "CPU_THREADS_NUM":
+        return "INFERENCE_NUM_THREADS", value
+    if key == "CPU_BIND_THREAD":
+        pinning = _BIND_THREAD.get(str(value).upper())
+        if pinning is None:
+            raise ConfigError(f"{path}: expected one of {', '.join(_BIND_THREAD)}, got {value!r}")
+        return "ENABLE_CPU_PINNING", pinning
+    return key, value
+
+
+def _deprecation_notice(model: str, key: str, new_key: str) -> None:
+    _notice_once(model, key, f"{key} plugin config key is deprecated. Use {new_key} instead")
+
+
+def _notice_once(model: str, key: str, message: str) -> None:
+    if (model, key) not in _noticed:
+        _noticed.add((model, key))
+        log.warning("%s (model %s)", message, model)

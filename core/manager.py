@@ -9,13 +9,14 @@ Readers never take a lock on the hot path.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core import errors
+from core import auto_shape, errors, metrics
 from core.config import MetricsConfig, ModelConfig, ServerConfig, Settings
 from core.model import RETIRE_GRACE_S, ModelVersion, State, Status, add_extension
 from core.pipeline_config import PipelineConfig
@@ -39,6 +40,7 @@ class ServedModel:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _present: set[int] = field(default_factory=set)  # version folders seen by the last sync
     _wanted: set[int] = field(default_factory=set)  # of those, the ones the policy selects
+    _refit_lock: threading.Lock = field(default_factory=threading.Lock)  # one auto reload at once
 
     @property
     def name(self) -> str:
@@ -165,9 +167,57 @@ class ServedModel:
             return failed, False
         version = _version_class(self.config, folder)(self.config, number, folder,
                                                       self.cache_dir)
+        if auto_shape.uses_auto(self.config):
+            version.refit = self.refit
         if load:
             version.load()
         return version, True
+
+    def refit(self, old: ModelVersion, inputs: dict[str, Any]) -> ModelVersion:
+        """batch_size / shape "auto": the version to run `inputs` on, `old` unless it needs a
+        reload for them. The reload compiles beside `old`, then replaces it; requests running
+        on `old` finish there. Requests that need the same reload wait for the first one."""
+        if auto_shape.needed(old, inputs) is None:
+            return old
+        with self._refit_lock:
+            current = self.versions.get(old.version)
+            if current is None or not current.available:
+                current = old
+            fit = auto_shape.needed(current, inputs)
+            if fit is None or fit == current.fit:  # fitted meanwhile, or no reload would help
+                return current
+            return self._reload_fitted(current, fit)
+
+    def _reload_fitted(self, current: ModelVersion, fit: auto_shape.Fit) -> ModelVersion:
+        started = time.perf_counter()
+        log.info("Model %s version %d: reloading for %s (auto)", self.name, current.version,
+                 fit.describe())
+        version = type(current)(self.config, current.version, current.folder, self.cache_dir)
+        version.fit, version.refit = fit, self.refit
+        serving = current.status
+        current.status = Status(State.AVAILABLE, "OK", f"Reloading for {fit.describe()} "
+                                "(auto); this version serves meanwhile")
+        try:
+            version.load()
+        except BaseException:  # load() reports what it expects; anything else: as it was
+            current.status = serving
+            raise
+        if not version.available:
+            message = (f"Reload for {fit.describe()} failed: {version.status.error_message}; "
+                       "the current shape keeps serving")
+            current.status = Status(State.AVAILABLE, version.status.error_code, message)
+            raise errors.InvalidInputError(
+                f"Model could not be reloaded for the request's shape: {fit.describe()}")
+        version.timings["auto_reload_s"] = time.perf_counter() - started
+        metrics.AUTO_RELOADS.labels(self.name, str(current.version)).inc()
+        with self._lock:
+            published = self.versions.get(current.version) is current
+            if published:
+                self.versions = {**self.versions, current.version: version}
+        if not published:  # replaced by a sync meanwhile: that one serves
+            current.status = serving
+        self._retire(current if published else version, release=False)
+        return version if published else current
 
     def ensure_loaded(self) -> None:
         """Lazy mode: compile versions on first use; then retire what they displace."""
@@ -186,13 +236,15 @@ class ServedModel:
             if version.status.state < State.UNLOADING:
                 self._retire(version)
 
-    def _retire(self, version: ModelVersion) -> None:
+    def _retire(self, version: ModelVersion, release: bool = True) -> None:
         """UNLOADING now (no new request resolves it); END in the background once drained,
-        then its downloaded files go (core.storage.remote counts who still uses them)."""
+        then its downloaded files go (core.storage.remote counts who still uses them) unless
+        an auto reload of the version took them over (release False)."""
         if version.unpublish():
             def drain() -> None:
                 version.drain()
-                self.repository.release(version.folder)
+                if release:
+                    self.repository.release(version.folder)
 
             threading.Thread(target=drain, name=f"retire-{version.name}-{version.version}",
                              daemon=True).start()
@@ -228,6 +280,13 @@ def _version_class(config: ModelConfig, folder: Path | None = None) -> type[Mode
     return ModelVersion
 
 
+def _configure_sequence_cleaner(minutes: float) -> None:
+    """--sequence_cleaner_poll_wait_minutes: one setting for every stateful model."""
+    from core.stateful import StatefulModelVersion
+
+    StatefulModelVersion.idle_seconds = minutes * 60 if minutes > 0 else math.inf
+
+
 def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
     """A retried version that failed again exactly as before: nothing changed."""
     return (old is not None and new.status.error_code != "OK"
@@ -245,6 +304,7 @@ class ModelManager:
         compiled_cache.configure(settings.concurrent, settings.compiled_cache,
                                  settings.export_blobs)
         add_extension(settings.cpu_extension)
+        _configure_sequence_cleaner(settings.sequence_cleaner_minutes)
         self.settings = settings
         self.models: dict[str, ServedModel] = {}
         self.pipelines: dict[str, ServedPipeline] = {}

@@ -149,6 +149,9 @@ CURRENT_REQUESTS = Gauge("ovms_current_requests", "Number of requests being proc
 BATCH_SIZE = Histogram("ov_serverless_batch_size",
                        "Rows per inference of a dynamically batched model",
                        ("name", "version"), (1, 2, 4, 8, 16, 32, 64, 128))
+AUTO_RELOADS = Counter("ov_serverless_auto_reloads",
+                       "Reloads of a batch_size/shape auto version for a request of another shape",
+                       ("name", "version"))
 COLD_START = Gauge("ov_serverless_cold_start_seconds",
                    "Cold-start stage durations (manager: config_apply_s; per version: read_s, "
                    "compile_s)", ("stage", "name", "version"))

@@ -13,7 +13,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from core import metrics, tensors
+from core import devices, metrics, tensors
+from core.auto_shape import Fit
 from core.batching import Batcher
 from core.config import BatchingConfig, ModelConfig
 from core.errors import ConfigError, InternalError, ModelNotReadyError, ServingError
@@ -129,6 +130,10 @@ class ModelVersion:
         # set when the first request ends, or on retirement: a waiting blob export runs then
         # (or, retired, gives up)
         self._export_gate = threading.Event()
+        # batch_size / shape "auto" (core.auto_shape): the shapes this version is compiled for,
+        # and who reloads it for a request that needs others (set by the model's registry)
+        self.fit = Fit()
+        self.refit: Callable[[ModelVersion, Inputs], ModelVersion] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -190,7 +195,8 @@ class ModelVersion:
 
         path = self.model_file = self._model_path()
         aliases = mapping.load(self.folder)
-        core, device, properties = ov_core(), self.config.target_device, self._compile_config()
+        core, properties = ov_core(), self._compile_config()
+        device = devices.resolve(core, self.config.target_device)
         self.blob_key = self._blob_name(core, device, properties)
         found = compiled_cache.find(self.blob_key, self.folder, self.cache_dir) \
             if self.blob_key else None
@@ -236,7 +242,7 @@ class ModelVersion:
             return ""
         return compiled_cache.key(core, device, self.folder, properties, (
             type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
-            c.low_latency_transformation))
+            c.low_latency_transformation, *_graph_extras(c, self.fit)))
 
     def _read(self, path: Path, aliases: Any) -> ov.Model:
         """The model as config says to serve it: weights a bucket still holds are downloaded
@@ -249,7 +255,7 @@ class ModelVersion:
         model = ov_core().read_model(str(path))
         self.timings["read_s"] = time.perf_counter() - started
         self._transform(model)
-        reshape.apply(model, self.config, aliases)
+        reshape.apply(model, self.config, aliases, self.fit)
         return model
 
     def _transform(self, model: ov.Model) -> None:
@@ -272,7 +278,7 @@ class ModelVersion:
         from core import compiled_cache
 
         assert self._compiled is not None
-        streams = int(self._compiled.get_property("NUM_STREAMS"))
+        streams = _streams(self._compiled)
         size = self.config.nireq or int(
             self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")
         )
@@ -330,6 +336,10 @@ class ModelVersion:
 
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
         """Validate and run one request; outputs are owned by the caller."""
+        if self.refit is not None:  # batch_size / shape "auto"
+            fitted = self.refit(self, inputs)
+            if fitted is not self:
+                return fitted.infer(inputs)
         ready = validate(self.inputs, inputs, self.config.color_format)
         feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
         with self.serving():
@@ -411,6 +421,22 @@ def _cause(exc: Exception) -> str:
                                                                      "Check '"))]
     text = " ".join(useful) or " ".join(line for line in lines if line)
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, RuntimeError) else text
+
+
+def _graph_extras(config: ModelConfig, fit: Fit) -> tuple[object, ...]:
+    """Blob-key parts that change the graph, only when set (keys without them stay as they were)."""
+    extras: tuple[object, ...] = (fit,) if fit != Fit() else ()
+    if config.mean is not None or config.scale is not None or config.precision is not None:
+        extras += ("mean", config.mean, "scale", config.scale, "precision", config.precision)
+    return extras
+
+
+def _streams(compiled: ov.CompiledModel) -> int:
+    """NUM_STREAMS of a compiled model; 1 where the device does not report it (AUTO)."""
+    try:
+        return int(compiled.get_property("NUM_STREAMS"))
+    except RuntimeError:
+        return 1
 
 
 def _port_name(port: ov.Output) -> str:

@@ -106,6 +106,10 @@ class Pipeline:
         if getattr(getattr(servable, "config", None), "stateful", False):
             raise ConfigError(f"{where}: stateful model {node.model_name} cannot be used in a "
                               "pipeline")
+        if getattr(servable, "refit", None) is not None:  # OVMS: FORBIDDEN_MODEL_DYNAMIC_PARAMETER
+            raise ConfigError(f"{where}: model {node.model_name} has batch_size or shape set to "
+                              "'auto', which a pipeline does not take; use a dynamic shape "
+                              "(-1 or a range)")
         return _Node(node, None, dict(servable.inputs), dict(servable.outputs))
 
     def _check_connections(self) -> None:

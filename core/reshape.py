@@ -1,23 +1,25 @@
 """Apply a model config's shape, batch_size and layout to a read (not yet compiled) model.
 
-`shape` wins over `batch_size`. "auto" (OVMS: reload to fit each request) is served as a
-dynamic dimension, which OVMS itself now recommends. A layout "NHWC:NCHW" means
-<request layout>:<model layout> and adds a transpose inside the compiled model.
+`shape` wins over `batch_size`. "auto" keeps the model's own shape (or batch) until a request
+needs another: then the version is reloaded with that `Fit` (core.auto_shape). A layout
+"NHWC:NCHW" means <request layout>:<model layout> and adds a transpose inside the compiled model.
 """
 
 from __future__ import annotations
 
 import openvino as ov
 
+from core.auto_shape import Fit
 from core.config import ModelConfig
 from core.errors import PreconditionError, ServingError
 from core.mapping import Aliases
-from core.shapes import ANY, Dim, Dims
+from core.shapes import ANY, AUTO, Dim, Dims
 
 Layouts = dict[str, tuple[str | None, str]]  # model input name -> (request layout, model layout)
 
 
-def apply(model: ov.Model, config: ModelConfig, aliases: Aliases) -> None:
+def apply(model: ov.Model, config: ModelConfig, aliases: Aliases, fit: Fit | None = None
+          ) -> None:
     names = [_name(port) for port in model.inputs]
     real = {alias: name for name, alias in aliases.inputs.items()}
     layouts = _layouts(config.layout, names, real)
@@ -25,7 +27,7 @@ def apply(model: ov.Model, config: ModelConfig, aliases: Aliases) -> None:
         layout = layouts.get(_name(port))
         if layout is not None:
             port.get_node().set_layout(ov.Layout(layout[1]))
-    shapes = _shapes(config, model, real, layouts)
+    shapes = _shapes(config, model, real, layouts, fit or Fit())
     if shapes:
         try:
             model.reshape(shapes)
@@ -36,6 +38,8 @@ def apply(model: ov.Model, config: ModelConfig, aliases: Aliases) -> None:
     transposed = {n: lay for n, lay in layouts.items() if lay[0] and lay[0] != lay[1]}
     if transposed:
         _add_transposes(model, transposed)
+    if config.mean is not None or config.scale is not None or config.precision is not None:
+        _add_preprocessing(model, config)
 
 
 def _name(port: ov.Output) -> str:
@@ -61,32 +65,54 @@ def _layouts(value: str | dict[str, str] | None, names: list[str], real: dict[st
     return parsed
 
 
-def _shapes(config: ModelConfig, model: ov.Model, real: dict[str, str], layouts: Layouts
-            ) -> dict[str, ov.PartialShape]:
+def _fitted(fit: Fit, names: list[str], real: dict[str, str]) -> dict[str, ov.PartialShape]:
+    """A fit's shapes by model input name."""
+    return {_resolve(name, names, real): ov.PartialShape(list(dims)) for name, dims in fit.shapes}
+
+
+def _shapes(config: ModelConfig, model: ov.Model, real: dict[str, str], layouts: Layouts,
+            fit: Fit) -> dict[str, ov.PartialShape]:
+    """New shapes by model input name; an "auto" input keeps its own shape until fitted."""
     names = [_name(port) for port in model.inputs]
+    fitted = _fitted(fit, names, real)
     shapes: dict[str, ov.PartialShape] = {}
     spec = config.shape
     if isinstance(spec, dict):
         for name, dims in spec.items():
-            shapes[_resolve(name, names, real)] = _partial(dims, model, _resolve(name, names,
-                                                                                 real))
+            resolved = _resolve(name, names, real)
+            if dims != AUTO:
+                shapes[resolved] = _partial(dims)
+            elif resolved in fitted:
+                shapes[resolved] = fitted[resolved]
+    elif spec == AUTO:
+        shapes = {name: fitted[name] for name in names if name in fitted}
     elif spec is not None:
-        if spec != "auto" and len(names) != 1:
+        if len(names) != 1:
             raise ServingError("A shape without input names is allowed only for a model with "
                                "one input (ANONYMOUS_FIXED_SHAPE_NOT_ALLOWED)")
-        shapes = {name: _partial(spec, model, name) for name in names}
-    if config.batch_size is not None:
+        shapes = {name: _partial(spec) for name in names}
+    batch = config.batch_size
+    if batch is not None and not (batch == AUTO and fit.batch is None):
+        dim = (fit.batch, fit.batch) if batch == AUTO and fit.batch else batch
+        assert not isinstance(dim, str)
         for port in model.inputs:
             name = _name(port)
-            if name not in shapes and port.get_partial_shape().rank.is_static:
-                shapes[name] = _with_batch(port, config.batch_size, layouts.get(name))
+            if name not in shapes and name not in _auto_kept(spec, name, real) \
+                    and port.get_partial_shape().rank.is_static:
+                shapes[name] = _with_batch(port, dim, layouts.get(name))
     return shapes
 
 
-def _partial(dims: str | Dims, model: ov.Model, name: str) -> ov.PartialShape:
-    if dims == "auto":
-        rank = model.input(name).get_partial_shape().rank.get_length()
-        return ov.PartialShape([ov.Dimension()] * rank)
+def _auto_kept(spec: object, name: str, real: dict[str, str]) -> set[str]:
+    """Inputs that a config shape names (even "auto"): batch_size leaves them alone."""
+    if spec is None:
+        return set()
+    if not isinstance(spec, dict):
+        return {name}
+    return {real.get(str(n), str(n)) for n in spec}
+
+
+def _partial(dims: str | Dims) -> ov.PartialShape:
     assert not isinstance(dims, str)
     return ov.PartialShape([_dimension(d) for d in dims])
 
@@ -105,6 +131,37 @@ def _with_batch(port: ov.Output, batch: Dim, layout: tuple[str | None, str] | No
     index = layout[1].index("N") if layout and "N" in layout[1] else 0
     shape[index] = _dimension(batch)
     return ov.PartialShape(shape)
+
+
+def _add_preprocessing(model: ov.Model, config: ModelConfig) -> None:
+    """On the model's only input, as OVMS applies them: requests in `precision`'s first type,
+    converted to its second, then (x - mean) / scale, all inside the compiled model."""
+    from openvino.preprocess import PrePostProcessor
+
+    if len(model.inputs) != 1:
+        raise ServingError("precision, mean and scale apply to a model with one input; this "
+                           f"one has {len(model.inputs)}")
+    ppp = PrePostProcessor(model)
+    steps = ppp.input().preprocess()
+    mean, scale = config.mean, config.scale
+    try:
+        if config.precision is not None:
+            ppp.input().tensor().set_element_type(getattr(ov.Type, config.precision[0]))
+            steps.convert_element_type(getattr(ov.Type, config.precision[1]))
+        if mean is not None:
+            steps.mean(list(mean) if isinstance(mean, tuple) else mean)
+        if scale is not None:
+            steps.scale(list(scale) if isinstance(scale, tuple) else scale)
+        ppp.build()
+    except RuntimeError as exc:
+        raise ServingError(f"precision / mean / scale cannot apply to this model: "
+                           f"{_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines()
+             if line.strip() and not line.startswith(("Exception from", "Check '"))]
+    return lines[0].strip() if lines else type(exc).__name__
 
 
 def _add_transposes(model: ov.Model, layouts: Layouts) -> None:

@@ -12,6 +12,7 @@ Dims = tuple[Dim, ...]
 ShapeSpec = None | str | Dims | dict[str, "str | Dims"]  # str is only ever "auto"
 
 ANY: Dim = (-1, -1)
+AUTO = "auto"  # compiled static, reloaded to fit a request's batch / shape (core.auto_shape)
 
 
 def parse_dim(value: Any, path: str) -> Dim:
@@ -69,11 +70,12 @@ def parse_shape(value: Any, path: str) -> ShapeSpec:
     return parse_dims(value, path)
 
 
-def parse_batch(value: Any, path: str) -> Dim | None:
+def parse_batch(value: Any, path: str) -> Dim | str | None:
+    """None: the model's own batch; AUTO; else a dimension (-1 and lo:hi stay dynamic)."""
     if value is None or value == 0 or value == "0":
         return None
-    if value == "auto":
-        return ANY  # served as a dynamic batch dim (what OVMS now recommends over reloads)
+    if value == AUTO:
+        return AUTO
     return parse_dim(value, path)
 
 

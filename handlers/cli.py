@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from core import logs
-from core.config import Settings, cors_from_env, metrics_from_flags
+from core.config import Settings, cors_from_env, metrics_from_flags, minutes_setting
 from core.errors import ConfigError
 
 EX_USAGE = 64  # sysexits.h; OVMS exits with it on a bad command line
 DEMO_ROOT = Path(os.environ.get("OVS_DEMO_DIR", Path.home() / ".cache" / "ov-serverless" / "demo"))
 _MODEL_FLAGS = ("batch_size", "shape", "layout", "target_device", "nireq", "plugin_config",
-                "model_version_policy", "dynamic_batching", "max_sequence_number")
+                "model_version_policy", "dynamic_batching", "max_sequence_number", "mean",
+                "scale", "precision")
 _BOOL_FLAGS = ("stateful", "idle_sequence_cleanup", "low_latency_transformation")
 # a text model's task and options (core.openai), as OVMS's --task embeddings|rerank flags
 _TASK_FLAGS: dict[str, Callable[[str], Any]] = {
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ov-serverless", description=__doc__)
+    parser.add_argument("--version", action=_Version, help="print the versions and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve REST (and gRPC with --port) until SIGTERM")
     _model_flags(serve)
@@ -103,7 +105,24 @@ def _parser() -> argparse.ArgumentParser:
         child.add_argument("--log_level", default="INFO",
                            choices=logs.LEVELS, type=str.upper)
         child.add_argument("--log_path", default="", help="also write the log to this file")
+    serve.add_argument("--version", action=_Version, help="print the versions and exit")
     return parser
+
+
+class _Version(argparse.Action):
+    """OVMS's --version: this server's version, then its OpenVINO's (imported only here)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import version
+
+        import openvino
+
+        print(f"ov-serverless {version('ov-serverless')}\n"
+              f"OpenVINO backend {openvino.get_version()}")
+        parser.exit()
 
 
 def _model_flags(parser: argparse.ArgumentParser) -> None:
@@ -115,6 +134,8 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
                         help="a library of custom operations for the models (OpenVINO extension)")
     parser.add_argument("--lazy_load", action="store_true", help="compile on first request")
     parser.add_argument("--file_system_poll_wait_seconds", type=float)
+    parser.add_argument("--sequence_cleaner_poll_wait_minutes",
+                        help="stateful models: drop a sequence idle this long (0: never)")
     parser.add_argument("--max_request_bytes", type=int)
     for flag in _MODEL_FLAGS:
         parser.add_argument(f"--{flag}", type=int if flag in ("nireq", "max_sequence_number")
@@ -184,6 +205,9 @@ def _settings(args: argparse.Namespace) -> Settings:
             overrides[key] = getattr(args, key)
     if args.lazy_load:
         overrides["lazy_load"] = True
+    if args.sequence_cleaner_poll_wait_minutes is not None:
+        overrides["sequence_cleaner_minutes"] = minutes_setting(
+            args.sequence_cleaner_poll_wait_minutes, "--sequence_cleaner_poll_wait_minutes")
     if args.file_system_poll_wait_seconds is not None:
         overrides["reload_interval"] = args.file_system_poll_wait_seconds
     elif args.command == "serve" and "OVS_RELOAD_INTERVAL" not in os.environ:

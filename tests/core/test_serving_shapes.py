@@ -132,12 +132,14 @@ def test_fixed_shape_accepts_only_that_shape(server: RunningServer, name: str) -
 
 
 def test_shape_auto_accepts_any_shape(server: RunningServer) -> None:
+    """OVMS: the model's own shape, then each request's shape (the version is reloaded)."""
     assert shapes_of(kserve_metadata(server, "shape_auto"), "inputs") == {
-        "input": [-1, -1, -1, -1]}
+        "input": [1, 3, 224, 224]}
     for shape in ([1, 3, 300, 300], [2, 3, 224, 224], [3, 3, 64, 142]):
         data = np.random.default_rng(sum(shape)).uniform(0, 1, shape).astype(np.float32)
         response = server.post("/v1/models/shape_auto:predict", {"inputs": data.tolist()})
         assert response.status_code == 200, (shape, response.text)
+        assert shapes_of(kserve_metadata(server, "shape_auto"), "inputs") == {"input": shape}
         got = np.asarray(response.json()["outputs"], np.float32)
         expected = reference(reshaped_classifier([-1, 3, -1, -1]), {"input": data})
         assert got.shape == (shape[0], 1000)
@@ -182,12 +184,14 @@ def test_batch_size_int_sets_the_batch(server: RunningServer) -> None:
 
 
 def test_batch_size_auto_accepts_any_batch(server: RunningServer) -> None:
-    assert shapes_of(kserve_metadata(server, "batch_auto"), "inputs") == {"x": [-1, 4]}
+    """OVMS: the model's own batch, then each request's batch (the version is reloaded)."""
+    assert shapes_of(kserve_metadata(server, "batch_auto"), "inputs") == {"x": [1, 4]}
     for batch in (1, 3, 8):
         data = np.arange(batch * 4, dtype=np.float32).reshape(batch, 4)
         response = server.post("/v1/models/batch_auto:predict", {"instances": data.tolist()})
         assert response.status_code == 200, response.text
         assert response.json() == {"predictions": (data * 2).tolist()}
+        assert shapes_of(kserve_metadata(server, "batch_auto"), "inputs") == {"x": [batch, 4]}
 
 
 def test_batch_range(server: RunningServer) -> None:

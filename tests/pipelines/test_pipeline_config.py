@@ -126,6 +126,19 @@ def test_a_stateful_model_cannot_be_a_pipeline_node(repo: Repo, tmp_path: Path) 
     assert "stateful model scaler cannot be used" in app.manager.pipeline_errors["chain"]
 
 
+@pytest.mark.parametrize("auto", [{"batch_size": "auto"}, {"shape": "auto"},
+                                  {"shape": {"x": "auto"}}])
+def test_an_auto_model_cannot_be_a_pipeline_node(repo: Repo, tmp_path: Path,
+                                                 auto: dict[str, Any]) -> None:
+    """OVMS: FORBIDDEN_MODEL_DYNAMIC_PARAMETER; a pipeline takes dynamic shapes instead."""
+    models = [{**m, **auto} if m["name"] == "scaler" else m for m in _models(repo)]
+    config = write_config(tmp_path / "config.json", models, [chain()], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    assert ("model scaler has batch_size or shape set to 'auto', which a pipeline does not "
+            "take" in app.manager.pipeline_errors["chain"])
+    assert call(app, "GET", "/v1/models/scaler").status == 200  # the model itself serves
+
+
 def _journal(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
