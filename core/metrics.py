@@ -135,7 +135,7 @@ _BUCKETS_US = (100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250
 REQUESTS_SUCCESS = Counter("ovms_requests_success", "Number of successful requests", _LABELS)
 REQUESTS_FAIL = Counter("ovms_requests_fail", "Number of failed requests", _LABELS)
 REQUEST_TIME = Histogram("ovms_request_time_us", "Processing time of requests to a model",
-                         ("api", "interface", "name", "version"), _BUCKETS_US)
+                         ("interface", "name", "version"), _BUCKETS_US)
 INFERENCE_TIME = Histogram("ovms_inference_time_us", "Inference execution time in the model",
                            ("name", "version"), _BUCKETS_US)
 WAIT_FOR_INFER_REQ = Histogram("ovms_wait_for_infer_req_time_us",
@@ -145,7 +145,8 @@ STREAMS = Gauge("ovms_streams", "Number of OpenVINO execution streams", ("name",
 INFER_REQ_QUEUE_SIZE = Gauge("ovms_infer_req_queue_size", "Infer request pool size (nireq)",
                              ("name", "version"))
 INFER_REQ_ACTIVE = Gauge("ovms_infer_req_active", "Infer requests in use", ("name", "version"))
-CURRENT_REQUESTS = Gauge("ovms_current_requests", "Number of requests being processed")
+CURRENT_REQUESTS = Gauge("ovms_current_requests", "Number of requests being processed",
+                         ("name", "version"))
 BATCH_SIZE = Histogram("ov_serverless_batch_size",
                        "Rows per inference of a dynamically batched model",
                        ("name", "version"), (1, 2, 4, 8, 16, 32, 64, 128))
@@ -161,11 +162,15 @@ class Track:
         self.version = version
 
     def infer(self, servable: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        labels = (servable.name, str(servable.version))
+        current = CURRENT_REQUESTS.labels(*labels)
+        current.inc()
         started = time.perf_counter()
-        outputs: dict[str, np.ndarray] = servable.infer(inputs)
-        INFERENCE_TIME.labels(servable.name, str(servable.version)).observe(
-            (time.perf_counter() - started) * 1e6
-        )
+        try:
+            outputs: dict[str, np.ndarray] = servable.infer(inputs)
+        finally:
+            current.dec()
+        INFERENCE_TIME.labels(*labels).observe((time.perf_counter() - started) * 1e6)
         return outputs
 
 
@@ -175,7 +180,6 @@ def track(api: str, interface: str, method: str, name: str,
     """Count one request as success or failure and time it."""
     record = Track(api, interface, method, name, version)
     started = time.perf_counter()
-    CURRENT_REQUESTS.inc()
     try:
         yield record
     except Exception as exc:
@@ -187,11 +191,9 @@ def track(api: str, interface: str, method: str, name: str,
     else:
         REQUESTS_SUCCESS.labels(*record.labels, _v(record.version)).inc()
         if method in ("Predict", "ModelInfer"):
-            REQUEST_TIME.labels(api, interface, name, _v(record.version)).observe(
+            REQUEST_TIME.labels(interface, name, _v(record.version)).observe(
                 (time.perf_counter() - started) * 1e6
             )
-    finally:
-        CURRENT_REQUESTS.dec()
 
 
 def _v(version: int | None) -> str:
