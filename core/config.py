@@ -202,7 +202,33 @@ def _export_blobs(env: Mapping[str, str]) -> bool | None:
 
 
 def _env_bool(env: Mapping[str, str], key: str) -> bool | None:
-    return env[key].lower() in ("1", "true", "yes") if env.get(key) else None
+    return option_bool(env[key], key) if env.get(key) else None
+
+
+# One validation for a value given as a flag (`name`: --flag) or an env variable (OVS_...)
+
+
+def option_bool(text: str, name: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no"):
+        return False
+    raise ConfigError(f"{name}: expected true or false, got {text!r}")
+
+
+def option_int(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{name}: expected an integer, got {text!r}") from None
+
+
+def option_json(text: str, name: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{name}: not valid JSON: {exc}") from None
 
 
 def cors_from_env(env: Mapping[str, str], origins: str | None = None,
@@ -262,17 +288,11 @@ def _families(names: tuple[str, ...], path: str) -> tuple[str, ...]:
 
 
 def _env_int(env: Mapping[str, str], key: str, default: int = 0) -> int:
-    try:
-        return int(env.get(key, default))
-    except ValueError:
-        raise ConfigError(f"{key}: expected an integer, got {env[key]!r}") from None
+    return option_int(env[key], key) if key in env else default
 
 
 def _json_env(env: Mapping[str, str], key: str) -> Any:
-    try:
-        return orjson.loads(env[key])
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{key}: not valid JSON: {exc}") from None
+    return option_json(env[key], key)
 
 
 # -- config.json -------------------------------------------------------------------------------

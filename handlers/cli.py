@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from core import logs
-from core.config import Settings, cors_from_env, metrics_from_flags
+from core.config import (
+    Settings,
+    cors_from_env,
+    metrics_from_flags,
+    option_bool,
+    option_int,
+    option_json,
+)
 from core.errors import ConfigError
 
 EX_USAGE = 64  # sysexits.h; OVMS exits with it on a bad command line
@@ -21,6 +28,9 @@ DEMO_ROOT = Path(os.environ.get("OVS_DEMO_DIR", Path.home() / ".cache" / "ov-ser
 _MODEL_FLAGS = ("batch_size", "shape", "layout", "target_device", "nireq", "plugin_config",
                 "model_version_policy", "dynamic_batching", "max_sequence_number")
 _BOOL_FLAGS = ("stateful", "idle_sequence_cleanup", "low_latency_transformation")
+_INT_FLAGS = ("nireq", "max_sequence_number")
+_BOOL_WORDS = ("true", "false", "1", "0", "yes", "no")
+BOOL: dict[str, Any] = {"metavar": "true|false", "nargs": "?", "const": "true"}  # alone: true
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,16 +120,15 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
                         help="a library of custom operations for the models (OpenVINO extension)")
     parser.add_argument("--lazy_load", action="store_true", help="compile on first request")
     parser.add_argument("--file_system_poll_wait_seconds", type=float)
-    parser.add_argument("--max_request_bytes", type=int)
+    parser.add_argument("--max_request_bytes")
     for flag in _MODEL_FLAGS:
-        parser.add_argument(f"--{flag}", type=int if flag in ("nireq", "max_sequence_number")
-                            else str)
-    for flag in _BOOL_FLAGS:  # as OVMS: `--stateful` or `--stateful=false`
-        parser.add_argument(f"--{flag}", type=_flag)
+        parser.add_argument(f"--{flag}")
+    for flag in _BOOL_FLAGS:  # as OVMS: `--stateful`, `--stateful false`, `--stateful=false`
+        parser.add_argument(f"--{flag}", **BOOL)
 
 
 def _metrics_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metrics_enable", type=_flag,
+    parser.add_argument("--metrics_enable", **BOOL,
                         help="serve /metrics (on unless false, or a config file's "
                              "monitoring says otherwise)")
     parser.add_argument("--metrics_list", default="",
@@ -130,16 +139,28 @@ def _cors_flags(parser: argparse.ArgumentParser) -> None:
     for what in ("origins", "methods", "headers"):
         parser.add_argument(f"--allowed_{what}", help=f"comma-separated {what} allowed to "
                             "call the REST API from a browser (CORS; default *, '' for none)")
-    parser.add_argument("--allow_credentials", type=_flag,
+    parser.add_argument("--allow_credentials", **BOOL,
                         help="allow credentialed cross-origin requests (CORS)")
 
 
 def _explicit_bools(argv: list[str]) -> list[str]:
-    """OVMS's parser (cxxopts) never takes a bool flag's value from the next word: `--stateful
-    GET /v1/...` is the flag and two positionals. argparse would take `GET` as its value, so a
-    bare bool flag becomes `--flag=true`; a value is given only as `--flag=false`."""
+    """A bool flag takes the next word as its value only when that word is a bool (`--stateful
+    false`): `--stateful GET /v1/...` is the flag and two positionals, which argparse alone
+    would read as `--stateful=GET`. So each bool flag is rewritten as `--flag=value`."""
     bare = {f"--{flag}" for flag in (*_BOOL_FLAGS, "metrics_enable", "allow_credentials")}
-    return [f"{arg}=true" if arg in bare else arg for arg in argv]
+    out: list[str] = []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        index += 1
+        if arg not in bare:
+            out.append(arg)
+        elif index < len(argv) and argv[index].lower() in _BOOL_WORDS:
+            out.append(f"{arg}={argv[index]}")
+            index += 1
+        else:
+            out.append(f"{arg}=true")
+    return out
 
 
 def _channel_arguments(text: str) -> list[tuple[str, int | str]]:
@@ -160,19 +181,14 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def _flag(text: str) -> bool:
-    value = text.lower()
-    if value not in ("true", "false", "1", "0"):
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return value in ("true", "1")
-
-
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    for key in ("config_path", "model_name", "model_path", "cache_dir", "max_request_bytes",
-                "cpu_extension"):
+    for key in ("config_path", "model_name", "model_path", "cache_dir", "cpu_extension"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
+    if args.max_request_bytes is not None:
+        overrides["max_request_bytes"] = option_int(args.max_request_bytes,
+                                                    "--max_request_bytes")
     if args.lazy_load:
         overrides["lazy_load"] = True
     if args.file_system_poll_wait_seconds is not None:
@@ -186,8 +202,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         if args.concurrent:
             overrides["concurrent"] = True
     options = {flag: getattr(args, flag) for flag in _MODEL_FLAGS if getattr(args, flag)}
-    options.update({flag: getattr(args, flag) for flag in _BOOL_FLAGS
-                    if getattr(args, flag) is not None})
+    options.update({flag: option_bool(getattr(args, flag), f"--{flag}")
+                    for flag in _BOOL_FLAGS if getattr(args, flag) is not None})
     if options.keys() & {"max_sequence_number", "idle_sequence_cleanup",
                          "low_latency_transformation"} and not options.get("stateful"):
         raise ConfigError("Setting low_latency_transformation, max_sequence_number and "
@@ -196,11 +212,12 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["model_options"] = _decode_json_flags(options)
     if args.command in ("serve", "invoke") and (args.metrics_enable is not None
                                                 or args.metrics_list):
-        overrides["metrics"] = metrics_from_flags(args.metrics_enable, args.metrics_list)
+        overrides["metrics"] = metrics_from_flags(
+            _bool_arg(args.metrics_enable, "--metrics_enable"), args.metrics_list)
     if args.command in ("serve", "invoke"):
         overrides["cors"] = cors_from_env(
             os.environ, args.allowed_origins, args.allowed_methods, args.allowed_headers,
-            args.allow_credentials)
+            _bool_arg(args.allow_credentials, "--allow_credentials"))
     overrides["log_level"] = args.log_level
     settings = Settings.from_env(**overrides)
     if not (settings.config_path or settings.model_path or settings.model_name):
@@ -208,12 +225,18 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def _decode_json_flags(options: dict[str, Any]) -> dict[str, Any]:
-    import orjson
+def _bool_arg(value: str | None, flag: str) -> bool | None:
+    return None if value is None else option_bool(value, flag)
 
+
+def _decode_json_flags(options: dict[str, Any]) -> dict[str, Any]:
+    """JSON and integer flags, checked as their OVS_* variables are (same code, same text)."""
     for key in ("plugin_config", "model_version_policy", "dynamic_batching"):
         if key in options:
-            options[key] = orjson.loads(options[key])
+            options[key] = option_json(options[key], f"--{key}")
+    for key in _INT_FLAGS:
+        if key in options:
+            options[key] = option_int(options[key], f"--{key}")
     return options
 
 
