@@ -154,12 +154,13 @@ def test_sigterm_finishes_in_flight_requests(tmp_path: Path) -> None:
         thread.join(timeout=grace + 60)
     code = server.process.wait(timeout=grace + 30)
     exited = time.monotonic() - sent
+    log = server.log()
     server.stop()
-    assert results == [200] * 4, (results, server.log())
+    assert results == [200] * 4, (results, log)
     assert refused_at is not None, "new connections were still accepted after SIGTERM"
     assert refused_at < max(finished), "new connections hung until the process exited"
     assert min(finished) > sent, f"requests ended before SIGTERM (single {single:.2f}s)"
-    assert code == 0, server.log()
+    assert code == 0, log
     assert exited < grace, (exited, f"single {single:.2f}s")
 
 
