@@ -106,3 +106,9 @@ def test_a_bad_bool_flag_value_is_a_clean_error(scaler: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     message = _usage_error(capsys, invoke(scaler, "--stateful=maybe"))
     assert message == "--stateful: expected true or false, got 'maybe'"
+
+
+def test_plugin_config_as_two_words(scaler: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The form of the report: `--plugin_config '{bad'`."""
+    message = _usage_error(capsys, invoke(scaler, "--plugin_config", "{bad"))
+    assert message.startswith("--plugin_config: not valid JSON: "), message
