@@ -113,6 +113,24 @@ def test_upscale_is_opencv_inter_linear(server: RunningServer, name: str) -> Non
     assert np.abs(received(server, "echo_up", data) - want).max() <= 0.01
 
 
+@pytest.mark.parametrize("size", [(224, 224), (37, 913), (1, 1), (256, 256), (1025, 1536)],
+                         ids=lambda size: f"{size[0]}x{size[1]}")
+@pytest.mark.parametrize("name", ["astronaut.png", "camera.png", "rocket.jpg"])
+def test_resize_linear_matches_cv2_float_and_8_bit(name: str, size: tuple[int, int]) -> None:
+    """Odd sizes, a single pixel, an exact half (OpenCV switches to INTER_AREA there: the same
+    average) and more than twice the size, straight on the function."""
+    from core.codecs.images import resize_linear
+
+    pixels = cv2.imdecode(np.frombuffer(photo(name), np.uint8), cv2.IMREAD_UNCHANGED)
+    pixels = pixels if pixels.ndim == 3 else pixels[:, :, None]
+    got = resize_linear(pixels, *size)
+    want = cv2.resize(pixels.astype(np.float32), size[::-1], interpolation=cv2.INTER_LINEAR)
+    assert np.abs(got - want.reshape(got.shape)).max() < 1e-3
+    eight_bit = cv2.resize(pixels, size[::-1], interpolation=cv2.INTER_LINEAR)
+    rounded = np.floor(got + 0.5)
+    assert np.abs(rounded - eight_bit.reshape(got.shape)).max() <= 1
+
+
 def test_bgr_order(server: RunningServer) -> None:
     pixels = np.zeros((64, 64, 3), np.uint8)
     pixels[..., 0] = 200  # red in RGB
