@@ -69,7 +69,7 @@ class Buckets:
         running = 0
         for bound, count in zip((*self.bounds, math.inf), counts, strict=True):
             running += count
-            yield f"{name}_bucket", {**labels, "le": _number(bound)}, running
+            yield f"{name}_bucket", {**labels, "le": _bound(bound)}, running
         yield f"{name}_count", labels, running
         yield f"{name}_sum", labels, total
 
@@ -129,23 +129,30 @@ def Histogram(name: str, documentation: str, labelnames: tuple[str, ...],  # noq
 
 REGISTRY: list[Family] = []
 _LABELS = ("api", "interface", "method", "name", "version")
-_BUCKETS_US = (100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
-               1000000, 2500000, 5000000, 10000000)
+# OVMS's buckets for every *_time_us histogram: floor(10 * 1.8^i), i = 0..32 (10 us to 2.2 h)
+_BUCKETS_US = tuple(math.floor(10 * 1.8**i) for i in range(33))
 
-REQUESTS_SUCCESS = Counter("ovms_requests_success", "Number of successful requests", _LABELS)
-REQUESTS_FAIL = Counter("ovms_requests_fail", "Number of failed requests", _LABELS)
-REQUEST_TIME = Histogram("ovms_request_time_us", "Processing time of requests to a model",
+# OVMS's help texts (docs/metrics_output.out)
+REQUESTS_SUCCESS = Counter("ovms_requests_success",
+                           "Number of successful requests to a model or a DAG.", _LABELS)
+REQUESTS_FAIL = Counter("ovms_requests_fail", "Number of failed requests to a model or a DAG.",
+                        _LABELS)
+REQUEST_TIME = Histogram("ovms_request_time_us",
+                         "Processing time of requests to a model or a DAG.",
                          ("interface", "name", "version"), _BUCKETS_US)
-INFERENCE_TIME = Histogram("ovms_inference_time_us", "Inference execution time in the model",
+INFERENCE_TIME = Histogram("ovms_inference_time_us",
+                           "Inference execution time in the OpenVINO backend.",
                            ("name", "version"), _BUCKETS_US)
 WAIT_FOR_INFER_REQ = Histogram("ovms_wait_for_infer_req_time_us",
-                               "Time a request waited for a free infer request",
+                               "Request waiting time in the scheduling queue.",
                                ("name", "version"), _BUCKETS_US)
-STREAMS = Gauge("ovms_streams", "Number of OpenVINO execution streams", ("name", "version"))
-INFER_REQ_QUEUE_SIZE = Gauge("ovms_infer_req_queue_size", "Infer request pool size (nireq)",
+STREAMS = Gauge("ovms_streams", "Number of OpenVINO execution streams.", ("name", "version"))
+INFER_REQ_QUEUE_SIZE = Gauge("ovms_infer_req_queue_size", "Inference request queue size (nireq).",
                              ("name", "version"))
-INFER_REQ_ACTIVE = Gauge("ovms_infer_req_active", "Infer requests in use", ("name", "version"))
-CURRENT_REQUESTS = Gauge("ovms_current_requests", "Number of requests being processed",
+INFER_REQ_ACTIVE = Gauge("ovms_infer_req_active", "Number of currently consumed inference "
+                         "request from the processing queue.", ("name", "version"))
+CURRENT_REQUESTS = Gauge("ovms_current_requests",
+                         "Number of inference requests currently in process.",
                          ("name", "version"))
 BATCH_SIZE = Histogram("ov_serverless_batch_size",
                        "Rows per inference of a dynamically batched model",
@@ -244,6 +251,11 @@ def render(families: Iterable[Family]) -> bytes:
             lines.append(f"{name}{{{text}}} {_number(value)}" if text
                          else f"{name} {_number(value)}")
     return ("\n".join(lines) + "\n").encode()
+
+
+def _bound(value: float) -> str:
+    """A bucket bound as OVMS writes `le`: "10", "1274823", "+Inf"."""
+    return str(int(value)) if math.isfinite(value) and value.is_integer() else _number(value)
 
 
 def _number(value: float) -> str:

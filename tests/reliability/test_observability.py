@@ -92,13 +92,33 @@ def test_every_ovms_family_has_ovms_labels(limited: RunningServer) -> None:
     assert ("interface", "name", "version") in found["ovms_request_time_us"]
 
 
+# OVMS's `le` values for every *_time_us histogram (docs/metrics_output.out)
+OVMS_BUCKETS = ["10", "18", "32", "58", "104", "188", "340", "612", "1101", "1983", "3570",
+                "6426", "11568", "20822", "37481", "67466", "121439", "218591", "393464",
+                "708235", "1274823", "2294682", "4130428", "7434771", "13382588", "24088659",
+                "43359586", "78047255", "140485060", "252873108", "455171596", "819308872",
+                "1474755971", "+Inf"]
+
+
+@pytest.mark.parametrize("family", ["ovms_request_time_us", "ovms_inference_time_us",
+                                    "ovms_wait_for_infer_req_time_us"])
+def test_time_histograms_have_ovms_buckets(limited: RunningServer, family: str) -> None:
+    limited.post("/v1/models/scaler:predict", {"instances": SCALER_X})
+    text = scrape(limited.url)
+    sample = re.search(rf'^{family}_bucket\{{(.*?),le="[^"]+"\}} ', text, re.M)
+    assert sample, text
+    bounds = re.findall(rf'^{family}_bucket\{{{re.escape(sample[1])},le="([^"]+)"\}} ', text,
+                        re.M)
+    assert bounds == OVMS_BUCKETS
+
+
 def test_histogram_buckets_are_cumulative() -> None:
     registry: list[metrics.Family] = []
     histogram = metrics.Histogram("ovms_t", "t", ("name",), (10, 100), registry=registry)
     for value in (5, 10, 50, 500):
         histogram.labels("m").observe(value)
     assert metrics.render(registry).decode().splitlines()[2:] == [
-        'ovms_t_bucket{name="m",le="10.0"} 2.0', 'ovms_t_bucket{name="m",le="100.0"} 3.0',
+        'ovms_t_bucket{name="m",le="10"} 2.0', 'ovms_t_bucket{name="m",le="100"} 3.0',
         'ovms_t_bucket{name="m",le="+Inf"} 4.0', 'ovms_t_count{name="m"} 4.0',
         'ovms_t_sum{name="m"} 565.0']
 
