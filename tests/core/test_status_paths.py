@@ -6,10 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import pytest
 
 from demo import models
-from tests.core.helpers import RunningServer, save_ir, write_config
+from protos.gen.kserve import grpc_predict_v2_pb2 as kfs
+from protos.gen.kserve import grpc_predict_v2_pb2_grpc
+from protos.gen.tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+from tests.core.helpers import RunningServer, free_port, save_ir, write_config
 
 FAILED = ("no_file", "corrupt", "missing", "empty")
 
@@ -35,8 +39,15 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path, server_factory: Callable[..., RunningServer]) -> RunningServer:
-    return server_factory(repo / "config.json")
+def grpc_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path, grpc_port: int,
+           server_factory: Callable[..., RunningServer]) -> RunningServer:
+    return server_factory(repo / "config.json", "--port", str(grpc_port),
+                          "--grpc_bind_address", "127.0.0.1")
 
 
 def _no_server_path(repo: Path, text: str) -> None:
@@ -91,3 +102,26 @@ def test_config_status_lists_every_failure_without_paths(server: RunningServer,
     _no_server_path(repo, text)
     server.log()  # flushes
     assert str(repo / "no_file" / "1") in server.log_path.read_text()
+
+
+@pytest.mark.parametrize("name", ["no_file", "corrupt", "missing"])
+def test_grpc_status_and_ready_are_relative(server: RunningServer, repo: Path, grpc_port: int,
+                                            name: str) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        request = get_model_status_pb2.GetModelStatusRequest()
+        request.model_spec.name = name
+        try:
+            reply = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+                request, timeout=10)
+            text = str(reply)
+        except grpc.RpcError as exc:
+            text = str(exc.details())
+        _no_server_path(repo, text)
+        kserve = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for call, message in ((kserve.ModelReady, kfs.ModelReadyRequest(name=name)),
+                              (kserve.ModelMetadata, kfs.ModelMetadataRequest(name=name))):
+            try:
+                text = str(call(message, timeout=10))
+            except grpc.RpcError as exc:
+                text = str(exc.details())
+            _no_server_path(repo, text)
