@@ -146,12 +146,13 @@ class Settings:
             model_path=env.get("OVS_MODEL_PATH") or None,
             model_options=options,
             cache_dir=env.get("OVS_CACHE_DIR", DEFAULT_CACHE_DIR),
-            lazy_load=env.get("OVS_LAZY_LOAD", "0").lower() in ("1", "true", "yes"),
+            lazy_load=bool(_env_bool(env, "OVS_LAZY_LOAD")),
             max_request_bytes=_env_int(env, "OVS_MAX_REQUEST_BYTES", default_limit),
             base_path=env.get("OVS_BASE_PATH", "").rstrip("/"),
-            reload_interval=float(env.get("OVS_RELOAD_INTERVAL", "0") or 0),
+            reload_interval=option_float(env.get("OVS_RELOAD_INTERVAL") or "0",
+                                         "OVS_RELOAD_INTERVAL"),
             log_level=env.get("OVS_LOG_LEVEL", "INFO").upper(),
-            concurrent=env.get("OVS_CONCURRENT", "0").lower() in ("1", "true", "yes"),
+            concurrent=bool(_env_bool(env, "OVS_CONCURRENT")),
             compiled_cache=tuple(p for p in env.get("OVS_COMPILED_CACHE", "").split(":") if p),
             export_blobs=_export_blobs(env),
             metrics=metrics_from_flags(_env_bool(env, "OVS_METRICS_ENABLE"),
@@ -197,7 +198,7 @@ def _default_name(path: str) -> str:
 
 def _export_blobs(env: Mapping[str, str]) -> bool | None:
     if "OVS_EXPORT_BLOBS" in env:
-        return env["OVS_EXPORT_BLOBS"].lower() in ("1", "true", "yes")
+        return option_bool(env["OVS_EXPORT_BLOBS"] or "0", "OVS_EXPORT_BLOBS")
     return False if "K_SERVICE" in env else None
 
 
@@ -222,6 +223,13 @@ def option_int(text: str, name: str) -> int:
         return int(text)
     except ValueError:
         raise ConfigError(f"{name}: expected an integer, got {text!r}") from None
+
+
+def option_float(text: str, name: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{name}: expected a number, got {text!r}") from None
 
 
 def option_json(text: str, name: str) -> Any:

@@ -112,3 +112,17 @@ def test_plugin_config_as_two_words(scaler: Path, capsys: pytest.CaptureFixture[
     """The form of the report: `--plugin_config '{bad'`."""
     message = _usage_error(capsys, invoke(scaler, "--plugin_config", "{bad"))
     assert message.startswith("--plugin_config: not valid JSON: "), message
+
+
+@pytest.mark.parametrize("env,value,problem", [
+    ("OVS_LAZY_LOAD", "sometimes", "expected true or false, got 'sometimes'"),
+    ("OVS_CONCURRENT", "on", "expected true or false, got 'on'"),
+    ("OVS_EXPORT_BLOBS", "2", "expected true or false, got '2'"),
+    ("OVS_ALLOW_CREDENTIALS", "y", "expected true or false, got 'y'"),
+    ("OVS_RELOAD_INTERVAL", "5s", "expected a number, got '5s'"),
+])
+def test_a_bad_env_value_is_a_clean_error(scaler: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch, env: str,
+                                          value: str, problem: str) -> None:
+    monkeypatch.setenv(env, value)
+    assert _usage_error(capsys, invoke(scaler)) == f"{env}: {problem}"
