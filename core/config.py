@@ -163,12 +163,13 @@ class Settings:
             model_path=env.get("OVS_MODEL_PATH") or None,
             model_options=options,
             cache_dir=env.get("OVS_CACHE_DIR", DEFAULT_CACHE_DIR),
-            lazy_load=env.get("OVS_LAZY_LOAD", "0").lower() in ("1", "true", "yes"),
+            lazy_load=bool(_env_bool(env, "OVS_LAZY_LOAD")),
             max_request_bytes=_env_int(env, "OVS_MAX_REQUEST_BYTES", default_limit),
             base_path=env.get("OVS_BASE_PATH", "").rstrip("/"),
-            reload_interval=float(env.get("OVS_RELOAD_INTERVAL", "0") or 0),
+            reload_interval=option_float(env.get("OVS_RELOAD_INTERVAL") or "0",
+                                         "OVS_RELOAD_INTERVAL"),
             log_level=env.get("OVS_LOG_LEVEL", "INFO").upper(),
-            concurrent=env.get("OVS_CONCURRENT", "0").lower() in ("1", "true", "yes"),
+            concurrent=bool(_env_bool(env, "OVS_CONCURRENT")),
             compiled_cache=tuple(p for p in env.get("OVS_COMPILED_CACHE", "").split(":") if p),
             export_blobs=_export_blobs(env),
             metrics=metrics_from_flags(_env_bool(env, "OVS_METRICS_ENABLE"),
@@ -224,7 +225,7 @@ def _task_env(env: Mapping[str, str]) -> dict[str, Any]:
 
 def _export_blobs(env: Mapping[str, str]) -> bool | None:
     if "OVS_EXPORT_BLOBS" in env:
-        return env["OVS_EXPORT_BLOBS"].lower() in ("1", "true", "yes")
+        return option_bool(env["OVS_EXPORT_BLOBS"] or "0", "OVS_EXPORT_BLOBS")
     return False if "K_SERVICE" in env else None
 
 
@@ -240,7 +241,40 @@ def minutes_setting(value: str, name: str) -> float:
 
 
 def _env_bool(env: Mapping[str, str], key: str) -> bool | None:
-    return env[key].lower() in ("1", "true", "yes") if env.get(key) else None
+    return option_bool(env[key], key) if env.get(key) else None
+
+
+# One validation for a value given as a flag (`name`: --flag) or an env variable (OVS_...)
+
+
+def option_bool(text: str, name: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no"):
+        return False
+    raise ConfigError(f"{name}: expected true or false, got {text!r}")
+
+
+def option_int(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{name}: expected an integer, got {text!r}") from None
+
+
+def option_float(text: str, name: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{name}: expected a number, got {text!r}") from None
+
+
+def option_json(text: str, name: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{name}: not valid JSON: {exc}") from None
 
 
 def cors_from_env(env: Mapping[str, str], origins: str | None = None,
@@ -300,17 +334,11 @@ def _families(names: tuple[str, ...], path: str) -> tuple[str, ...]:
 
 
 def _env_int(env: Mapping[str, str], key: str, default: int = 0) -> int:
-    try:
-        return int(env.get(key, default))
-    except ValueError:
-        raise ConfigError(f"{key}: expected an integer, got {env[key]!r}") from None
+    return option_int(env[key], key) if key in env else default
 
 
 def _json_env(env: Mapping[str, str], key: str) -> Any:
-    try:
-        return orjson.loads(env[key])
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{key}: not valid JSON: {exc}") from None
+    return option_json(env[key], key)
 
 
 # -- config.json -------------------------------------------------------------------------------

@@ -93,10 +93,13 @@ class ServedModel:
             try:
                 present = self.repository.versions()
             except errors.ServingError as exc:
-                self.error = exc.message
+                self.error = _relative(exc.message, self.config.base_path)
                 log.error("Model %s: %s", self.name, exc.message)
                 return False
-            self.error = "" if present else f"No version found in {self.config.base_path}"
+            missing = "" if present else "No version found in the model's base path"
+            if missing and missing != self.error:  # the path is for the log only, once
+                log.error("Model %s: no version found in %s", self.name, self.config.base_path)
+            self.error = missing
             wanted = {v: present[v] for v in self.config.version_policy.select(list(present))}
             added = [v for v, fp in wanted.items() if self._stale(v, fp)]
             prepared = {v: self._prepare(v, load) for v in added}
@@ -162,7 +165,8 @@ class ServedModel:
             folder = self.repository.fetch(number)
         except errors.ServingError as exc:
             failed = kind(self.config, number, Path(), self.cache_dir)
-            failed.status = Status(State.LOADING, "UNKNOWN", exc.message)
+            failed.status = Status(State.LOADING, "UNKNOWN",
+                                   _relative(exc.message, self.config.base_path))
             log.error("Model %s version %d: %s", self.name, number, exc.message)
             return failed, False
         version = _version_class(self.config, folder)(self.config, number, folder,
@@ -291,6 +295,20 @@ def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
     """A retried version that failed again exactly as before: nothing changed."""
     return (old is not None and new.status.error_code != "OK"
             and old.status == new.status)
+
+
+def _relative(text: str, base_path: str) -> str:
+    """`text` with a local base path written relative to itself ("1/model.xml", "."), for
+    clients: they never see the server's absolute paths (the log does). Bucket URLs stay."""
+    if "://" in base_path or not base_path:
+        return text
+    roots = sorted({base_path.rstrip("/"), str(Path(base_path).resolve())}, key=len,
+                   reverse=True)
+    for root in roots:
+        text = text.replace(root + "/", "")
+    for root in roots:
+        text = text.replace(root, ".")
+    return text
 
 
 def _detail(status: Status) -> str:

@@ -69,7 +69,7 @@ class Buckets:
         running = 0
         for bound, count in zip((*self.bounds, math.inf), counts, strict=True):
             running += count
-            yield f"{name}_bucket", {**labels, "le": _number(bound)}, running
+            yield f"{name}_bucket", {**labels, "le": _bound(bound)}, running
         yield f"{name}_count", labels, running
         yield f"{name}_sum", labels, total
 
@@ -129,23 +129,31 @@ def Histogram(name: str, documentation: str, labelnames: tuple[str, ...],  # noq
 
 REGISTRY: list[Family] = []
 _LABELS = ("api", "interface", "method", "name", "version")
-_BUCKETS_US = (100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
-               1000000, 2500000, 5000000, 10000000)
+# OVMS's buckets for every *_time_us histogram: floor(10 * 1.8^i), i = 0..32 (10 us to 2.2 h)
+_BUCKETS_US = tuple(math.floor(10 * 1.8**i) for i in range(33))
 
-REQUESTS_SUCCESS = Counter("ovms_requests_success", "Number of successful requests", _LABELS)
-REQUESTS_FAIL = Counter("ovms_requests_fail", "Number of failed requests", _LABELS)
-REQUEST_TIME = Histogram("ovms_request_time_us", "Processing time of requests to a model",
-                         ("api", "interface", "name", "version"), _BUCKETS_US)
-INFERENCE_TIME = Histogram("ovms_inference_time_us", "Inference execution time in the model",
+# OVMS's help texts (docs/metrics_output.out)
+REQUESTS_SUCCESS = Counter("ovms_requests_success",
+                           "Number of successful requests to a model or a DAG.", _LABELS)
+REQUESTS_FAIL = Counter("ovms_requests_fail", "Number of failed requests to a model or a DAG.",
+                        _LABELS)
+REQUEST_TIME = Histogram("ovms_request_time_us",
+                         "Processing time of requests to a model or a DAG.",
+                         ("interface", "name", "version"), _BUCKETS_US)
+INFERENCE_TIME = Histogram("ovms_inference_time_us",
+                           "Inference execution time in the OpenVINO backend.",
                            ("name", "version"), _BUCKETS_US)
 WAIT_FOR_INFER_REQ = Histogram("ovms_wait_for_infer_req_time_us",
-                               "Time a request waited for a free infer request",
+                               "Request waiting time in the scheduling queue.",
                                ("name", "version"), _BUCKETS_US)
-STREAMS = Gauge("ovms_streams", "Number of OpenVINO execution streams", ("name", "version"))
-INFER_REQ_QUEUE_SIZE = Gauge("ovms_infer_req_queue_size", "Infer request pool size (nireq)",
+STREAMS = Gauge("ovms_streams", "Number of OpenVINO execution streams.", ("name", "version"))
+INFER_REQ_QUEUE_SIZE = Gauge("ovms_infer_req_queue_size", "Inference request queue size (nireq).",
                              ("name", "version"))
-INFER_REQ_ACTIVE = Gauge("ovms_infer_req_active", "Infer requests in use", ("name", "version"))
-CURRENT_REQUESTS = Gauge("ovms_current_requests", "Number of requests being processed")
+INFER_REQ_ACTIVE = Gauge("ovms_infer_req_active", "Number of currently consumed inference "
+                         "request from the processing queue.", ("name", "version"))
+CURRENT_REQUESTS = Gauge("ovms_current_requests",
+                         "Number of inference requests currently in process.",
+                         ("name", "version"))
 BATCH_SIZE = Histogram("ov_serverless_batch_size",
                        "Rows per inference of a dynamically batched model",
                        ("name", "version"), (1, 2, 4, 8, 16, 32, 64, 128))
@@ -164,11 +172,15 @@ class Track:
         self.version = version
 
     def infer(self, servable: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        labels = (servable.name, str(servable.version))
+        current = CURRENT_REQUESTS.labels(*labels)
+        current.inc()
         started = time.perf_counter()
-        outputs: dict[str, np.ndarray] = servable.infer(inputs)
-        INFERENCE_TIME.labels(servable.name, str(servable.version)).observe(
-            (time.perf_counter() - started) * 1e6
-        )
+        try:
+            outputs: dict[str, np.ndarray] = servable.infer(inputs)
+        finally:
+            current.dec()
+        INFERENCE_TIME.labels(*labels).observe((time.perf_counter() - started) * 1e6)
         return outputs
 
 
@@ -178,7 +190,6 @@ def track(api: str, interface: str, method: str, name: str,
     """Count one request as success or failure and time it."""
     record = Track(api, interface, method, name, version)
     started = time.perf_counter()
-    CURRENT_REQUESTS.inc()
     try:
         yield record
     except Exception as exc:
@@ -190,11 +201,9 @@ def track(api: str, interface: str, method: str, name: str,
     else:
         REQUESTS_SUCCESS.labels(*record.labels, _v(record.version)).inc()
         if method in ("Predict", "ModelInfer"):
-            REQUEST_TIME.labels(api, interface, name, _v(record.version)).observe(
+            REQUEST_TIME.labels(interface, name, _v(record.version)).observe(
                 (time.perf_counter() - started) * 1e6
             )
-    finally:
-        CURRENT_REQUESTS.dec()
 
 
 def _v(version: int | None) -> str:
@@ -245,6 +254,11 @@ def render(families: Iterable[Family]) -> bytes:
             lines.append(f"{name}{{{text}}} {_number(value)}" if text
                          else f"{name} {_number(value)}")
     return ("\n".join(lines) + "\n").encode()
+
+
+def _bound(value: float) -> str:
+    """A bucket bound as OVMS writes `le`: "10", "1274823", "+Inf"."""
+    return str(int(value)) if math.isfinite(value) and value.is_integer() else _number(value)
 
 
 def _number(value: float) -> str:

@@ -325,8 +325,18 @@ class ModelVersion:
         )
 
     def _fail(self, code: str, message: str) -> None:
-        self.status = Status(State.LOADING, code, message)
+        self.status = Status(State.LOADING, code, self._relative(message))
         log.error("Version %d of model %s failed to load: %s", self.version, self.name, message)
+
+    def _relative(self, text: str) -> str:
+        """`text` with this version's folder written relative to the model's base path (its
+        number): a client never sees the server's absolute paths (the log does)."""
+        if self.folder == Path():
+            return text
+        for folder in sorted({str(self.folder), str(self.folder.resolve())}, key=len,
+                             reverse=True):
+            text = text.replace(folder, str(self.version))
+        return text
 
     # -- serving -------------------------------------------------------------------------------
 

@@ -9,12 +9,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from core import logs
-from core.config import Settings, cors_from_env, metrics_from_flags, minutes_setting
+from core.config import (
+    Settings,
+    cors_from_env,
+    metrics_from_flags,
+    minutes_setting,
+    option_bool,
+    option_int,
+    option_json,
+)
 from core.errors import ConfigError
 
 EX_USAGE = 64  # sysexits.h; OVMS exits with it on a bad command line
@@ -24,9 +31,12 @@ _MODEL_FLAGS = ("batch_size", "shape", "layout", "target_device", "nireq", "plug
                 "scale", "precision")
 _BOOL_FLAGS = ("stateful", "idle_sequence_cleanup", "low_latency_transformation")
 # a text model's task and options (core.openai), as OVMS's --task embeddings|rerank flags
-_TASK_FLAGS: dict[str, Callable[[str], Any]] = {
-    "task": str, "pooling": str, "max_allowed_chunks": int, "max_allowed_inputs": int}
+_TASK_FLAGS = ("task", "pooling")
+_TASK_INT_FLAGS = ("max_allowed_chunks", "max_allowed_inputs")
 _TASK_BOOL_FLAGS = ("normalize", "truncate")
+_INT_FLAGS = ("nireq", "max_sequence_number")
+_BOOL_WORDS = ("true", "false", "1", "0", "yes", "no")
+BOOL: dict[str, Any] = {"metavar": "true|false", "nargs": "?", "const": "true"}  # alone: true
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,20 +146,15 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--file_system_poll_wait_seconds", type=float)
     parser.add_argument("--sequence_cleaner_poll_wait_minutes",
                         help="stateful models: drop a sequence idle this long (0: never)")
-    parser.add_argument("--max_request_bytes", type=int)
-    for flag in _MODEL_FLAGS:
-        parser.add_argument(f"--{flag}", type=int if flag in ("nireq", "max_sequence_number")
-                            else str)
-    for flag in _BOOL_FLAGS:  # as OVMS: `--stateful` or `--stateful=false`
-        parser.add_argument(f"--{flag}", type=_flag)
-    for flag, kind in _TASK_FLAGS.items():
-        parser.add_argument(f"--{flag}", type=kind)
-    for flag in _TASK_BOOL_FLAGS:  # OVMS: --normalize true|false
-        parser.add_argument(f"--{flag}", type=_flag)
+    parser.add_argument("--max_request_bytes")
+    for flag in (*_MODEL_FLAGS, *_TASK_FLAGS, *_TASK_INT_FLAGS):
+        parser.add_argument(f"--{flag}")
+    for flag in (*_BOOL_FLAGS, *_TASK_BOOL_FLAGS):  # `--stateful`, `--stateful false`, `=false`
+        parser.add_argument(f"--{flag}", **BOOL)
 
 
 def _metrics_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metrics_enable", type=_flag,
+    parser.add_argument("--metrics_enable", **BOOL,
                         help="serve /metrics (on unless false, or a config file's "
                              "monitoring says otherwise)")
     parser.add_argument("--metrics_list", default="",
@@ -160,16 +165,29 @@ def _cors_flags(parser: argparse.ArgumentParser) -> None:
     for what in ("origins", "methods", "headers"):
         parser.add_argument(f"--allowed_{what}", help=f"comma-separated {what} allowed to "
                             "call the REST API from a browser (CORS; default *, '' for none)")
-    parser.add_argument("--allow_credentials", type=_flag,
+    parser.add_argument("--allow_credentials", **BOOL,
                         help="allow credentialed cross-origin requests (CORS)")
 
 
 def _explicit_bools(argv: list[str]) -> list[str]:
-    """OVMS's parser (cxxopts) never takes a bool flag's value from the next word: `--stateful
-    GET /v1/...` is the flag and two positionals. argparse would take `GET` as its value, so a
-    bare bool flag becomes `--flag=true`; a value is given only as `--flag=false`."""
-    bare = {f"--{flag}" for flag in (*_BOOL_FLAGS, "metrics_enable", "allow_credentials")}
-    return [f"{arg}=true" if arg in bare else arg for arg in argv]
+    """A bool flag takes the next word as its value only when that word is a bool (`--stateful
+    false`): `--stateful GET /v1/...` is the flag and two positionals, which argparse alone
+    would read as `--stateful=GET`. So each bool flag is rewritten as `--flag=value`."""
+    bare = {f"--{flag}" for flag in (*_BOOL_FLAGS, *_TASK_BOOL_FLAGS, "metrics_enable",
+                                      "allow_credentials")}
+    out: list[str] = []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        index += 1
+        if arg not in bare:
+            out.append(arg)
+        elif index < len(argv) and argv[index].lower() in _BOOL_WORDS:
+            out.append(f"{arg}={argv[index]}")
+            index += 1
+        else:
+            out.append(f"{arg}=true")
+    return out
 
 
 def _channel_arguments(text: str) -> list[tuple[str, int | str]]:
@@ -190,19 +208,14 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def _flag(text: str) -> bool:
-    value = text.lower()
-    if value not in ("true", "false", "1", "0"):
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return value in ("true", "1")
-
-
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    for key in ("config_path", "model_name", "model_path", "cache_dir", "max_request_bytes",
-                "cpu_extension"):
+    for key in ("config_path", "model_name", "model_path", "cache_dir", "cpu_extension"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
+    if args.max_request_bytes is not None:
+        overrides["max_request_bytes"] = option_int(args.max_request_bytes,
+                                                    "--max_request_bytes")
     if args.lazy_load:
         overrides["lazy_load"] = True
     if args.sequence_cleaner_poll_wait_minutes is not None:
@@ -219,10 +232,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         if args.concurrent:
             overrides["concurrent"] = True
     options = {flag: getattr(args, flag) for flag in _MODEL_FLAGS if getattr(args, flag)}
-    options.update({flag: getattr(args, flag) for flag in _BOOL_FLAGS
+    bools = (*_BOOL_FLAGS, *_TASK_BOOL_FLAGS)
+    options.update({flag: option_bool(getattr(args, flag), f"--{flag}")
+                    for flag in bools if getattr(args, flag) is not None})
+    options.update({flag: getattr(args, flag) for flag in _TASK_FLAGS
                     if getattr(args, flag) is not None})
-    options.update({flag: getattr(args, flag) for flag in (*_TASK_FLAGS, *_TASK_BOOL_FLAGS)
-                    if getattr(args, flag) is not None})
+    options.update({flag: option_int(getattr(args, flag), f"--{flag}")
+                    for flag in _TASK_INT_FLAGS if getattr(args, flag) is not None})
     if options.keys() & {"max_sequence_number", "idle_sequence_cleanup",
                          "low_latency_transformation"} and not options.get("stateful"):
         raise ConfigError("Setting low_latency_transformation, max_sequence_number and "
@@ -231,11 +247,12 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["model_options"] = _decode_json_flags(options)
     if args.command in ("serve", "invoke") and (args.metrics_enable is not None
                                                 or args.metrics_list):
-        overrides["metrics"] = metrics_from_flags(args.metrics_enable, args.metrics_list)
+        overrides["metrics"] = metrics_from_flags(
+            _bool_arg(args.metrics_enable, "--metrics_enable"), args.metrics_list)
     if args.command in ("serve", "invoke"):
         overrides["cors"] = cors_from_env(
             os.environ, args.allowed_origins, args.allowed_methods, args.allowed_headers,
-            args.allow_credentials)
+            _bool_arg(args.allow_credentials, "--allow_credentials"))
     overrides["log_level"] = args.log_level
     settings = Settings.from_env(**overrides)
     if not (settings.config_path or settings.model_path or settings.model_name):
@@ -243,12 +260,18 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def _decode_json_flags(options: dict[str, Any]) -> dict[str, Any]:
-    import orjson
+def _bool_arg(value: str | None, flag: str) -> bool | None:
+    return None if value is None else option_bool(value, flag)
 
+
+def _decode_json_flags(options: dict[str, Any]) -> dict[str, Any]:
+    """JSON and integer flags, checked as their OVS_* variables are (same code, same text)."""
     for key in ("plugin_config", "model_version_policy", "dynamic_batching"):
         if key in options:
-            options[key] = orjson.loads(options[key])
+            options[key] = option_json(options[key], f"--{key}")
+    for key in _INT_FLAGS:
+        if key in options:
+            options[key] = option_int(options[key], f"--{key}")
     return options
 
 

@@ -1,12 +1,18 @@
 """jpeg/png tensors -> the model's image input (layout, size, precision), as OVMS does.
 
 OVMS decodes with OpenCV, so channels come out BGR by default; `color_format: RGB` in the
-model config switches. Pillow is imported on the first image only (cold start).
+model config switches. Like OVMS, pixels are converted to the model's precision first and then
+resized with OpenCV's INTER_LINEAR rule (half-pixel centres, two taps per axis, no
+antialiasing), computed here with numpy. A 1- or 3-channel input gets that many channels when
+the image converts without loss (grey to colour, an opaque alpha dropped); otherwise the request
+fails with OVMS's "Invalid number of channels in binary input". Pillow is imported on the first
+image only (cold start).
 """
 
 from __future__ import annotations
 
 import io
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +25,7 @@ if TYPE_CHECKING:
 
     from core.signature import TensorSpec
 
+_GREY_MODES = frozenset({"1", "L", "LA", "La"})
 
 
 def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR") -> np.ndarray:
@@ -30,9 +37,12 @@ def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR")
     layout = spec.image_layout or "NHWC"
     height, width, channels = (spec.dims[1], spec.dims[2], spec.dims[3]) if layout == "NHWC" \
         else (spec.dims[2], spec.dims[3], spec.dims[1])
-    decoded = [
-        _decode_one(item, spec.name, channels[1], height, width, color_format) for item in items
-    ]
+    dtype = np.dtype(spec.dtype.numpy)
+    decoded = []
+    for item in items:
+        pixels = _decode_one(item, spec.name, channels[1])
+        size = (_target(height, pixels.shape[0]), _target(width, pixels.shape[1]))
+        decoded.append(_bgr(resize_linear(pixels, *size, _work_type(dtype)), color_format))
     if len({image.shape for image in decoded}) > 1:
         raise InvalidInputError(
             "Binary input images for this endpoint are required to have the same resolution; "
@@ -41,17 +51,11 @@ def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR")
     batch = np.stack(decoded)
     if layout == "NCHW":
         batch = batch.transpose(0, 3, 1, 2)
-    return np.ascontiguousarray(batch, dtype=spec.dtype.numpy)
+    return np.ascontiguousarray(_cast(batch, dtype))
 
 
-def _decode_one(
-    data: object,
-    name: str,
-    channels: int,
-    height: tuple[int, int],
-    width: tuple[int, int],
-    color_format: str,
-) -> np.ndarray:
+def _decode_one(data: object, name: str, channels: int) -> np.ndarray:
+    """Encoded bytes -> an H,W,C uint8 RGB(A) array with the channels the model asks for."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise InvalidInputError(f"Binary image input must be bytes; input name: {name}")
     from PIL import Image, UnidentifiedImageError
@@ -67,8 +71,7 @@ def _decode_one(
                 raise ImageDecodeError(
                     f"Image parsing failed - {image.width}x{image.height} pixels exceed the "
                     f"limit of {max_pixels} pixels; input name: {name}")
-            converted = _resize(image.convert("L" if channels == 1 else "RGB"), height, width)
-            array = np.asarray(converted)
+            array = _channels(image, channels, name)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise ImageDecodeError(f"Image parsing failed - the image exceeds the limit of "
                                f"{max_pixels} pixels; input name: {name}") from None
@@ -77,30 +80,118 @@ def _decode_one(
                                f"input name: {name}") from None
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageDecodeError(f"Image parsing failed - {exc}; input name: {name}") from None
-    if channels == 1:
-        array = array[:, :, None]
-    elif color_format == "BGR":
-        array = array[:, :, ::-1]
-    if channels not in (-1, array.shape[2]):
-        raise InvalidInputError(f"Invalid number of channels in binary input - Expected: "
-                                f"{channels}; "
-                                f"Actual: {array.shape[2]}; input name: {name}")
     return array
 
 
-def _resize(image: Image.Image, height: tuple[int, int], width: tuple[int, int]) -> Image.Image:
-    """Resize to a static H/W; clamp into a range; leave a fully dynamic dim alone."""
-    from PIL import Image
+def _bgr(pixels: np.ndarray, color_format: str) -> np.ndarray:
+    """RGB(A) -> BGR(A), OpenCV's order, unless the model config asks for RGB."""
+    if pixels.shape[2] < 3 or color_format != "BGR":
+        return pixels
+    order = [2, 1, 0, *range(3, pixels.shape[2])]
+    return pixels[:, :, order]
 
-    target_w = _target(width, image.width)
-    target_h = _target(height, image.height)
-    if (target_w, target_h) == image.size:
-        return image
-    return image.resize((target_w, target_h), Image.Resampling.BILINEAR)
+
+def _channels(image: Image.Image, channels: int, name: str) -> np.ndarray:
+    """The image's pixels with `channels` channels (-1: the image's own, as OpenCV decodes
+    them), or a channels error when that would lose information."""
+    if _sixteen_bit(image):
+        raise _channels_error(channels, "16-bit samples", name)
+    base = "L" if image.mode in _GREY_MODES else "RGB"
+    if image.has_transparency_data:
+        pixels = np.asarray(image.convert("RGBA"))
+        if channels == -1 or channels == 4:
+            return pixels
+        if not (pixels[:, :, 3] == 255).all():
+            raise _channels_error(channels, "4 (an alpha channel that is not opaque)", name)
+        pixels = pixels[:, :, :3] if base == "RGB" else pixels[:, :, :1]
+    else:
+        pixels = np.asarray(image if image.mode == base else image.convert(base))
+        if pixels.ndim == 2:
+            pixels = pixels[:, :, None]
+    return _match(pixels, channels, name)
+
+
+def _match(pixels: np.ndarray, channels: int, name: str) -> np.ndarray:
+    """Grey to colour by repeating it; colour to grey only when every pixel is grey."""
+    have = pixels.shape[2]
+    if channels in (-1, have):
+        return pixels
+    if have == 1 and channels == 3:
+        return np.repeat(pixels, 3, axis=2)
+    if have == 3 and channels == 1 and (pixels == pixels[:, :, :1]).all():
+        return pixels[:, :, :1]
+    raise _channels_error(channels, str(have), name)
+
+
+def _sixteen_bit(image: Image.Image) -> bool:
+    """16-bit (or wider) samples, which Pillow would silently cut to 8 bits."""
+    if image.mode.startswith(("I", "F")):
+        return True
+    return any(";16" in str(tile.args) for tile in getattr(image, "tile", ()))
+
+
+def _channels_error(channels: int, actual: str, name: str) -> InvalidInputError:
+    return InvalidInputError(f"Invalid number of channels in binary input - Expected: "
+                             f"{channels}; Actual: {actual}; input name: {name}")
 
 
 def _target(dim: tuple[int, int], size: int) -> int:
+    """A static dim, a size clamped into a range, or the image's own size for -1."""
     low, high = dim
     if low == -1:
         return size
     return min(max(size, low), high)
+
+
+def _work_type(dtype: np.dtype) -> type[np.floating]:
+    return np.float64 if dtype == np.float64 else np.float32
+
+
+def _cast(batch: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Float pixels -> the model's precision; integers round half up and saturate, as
+    OpenCV's saturate_cast."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        batch = np.clip(np.floor(batch + 0.5), info.min, info.max)
+    return batch.astype(dtype, copy=False)
+
+
+def resize_linear(pixels: np.ndarray, height: int, width: int,
+                  work: type[np.floating] = np.float32) -> np.ndarray:
+    """An H,W,C array resized as OpenCV's cv::resize(..., INTER_LINEAR), in `work` precision.
+
+    The two passes commute, so the one that leaves fewer pixels for the second goes first."""
+    if pixels.shape[:2] == (height, width):
+        return pixels.astype(work)
+    if height * pixels.shape[1] <= pixels.shape[0] * width:
+        return _along(_along(pixels, height, 0, work), width, 1, work)
+    return _along(_along(pixels, width, 1, work), height, 0, work)
+
+
+def _along(pixels: np.ndarray, size: int, axis: int, work: type[np.floating]) -> np.ndarray:
+    """Linear interpolation along one axis (0: rows, 1: columns) to `size` samples."""
+    first, second, weight = _taps(pixels.shape[axis], size)
+    low = pixels.take(first, axis=axis).astype(work, copy=False)
+    high = pixels.take(second, axis=axis).astype(work, copy=False)
+    shape = [1, 1, 1]
+    shape[axis] = size
+    high -= low  # low + (high - low) * weight, in place: fewer temporaries
+    high *= weight.astype(work).reshape(shape)
+    high += low
+    return high
+
+
+@lru_cache(maxsize=64)
+def _taps(source: int, target: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each output index along one axis: the two source indices and the weight of the
+    second, from half-pixel centres, clamped at the borders as OpenCV does."""
+    position = (np.arange(target) + 0.5) * (source / target) - 0.5
+    first = np.floor(position).astype(np.int64)
+    weight = position - first
+    weight[first < 0] = 0.0
+    first = np.maximum(first, 0)
+    last = first >= source - 1
+    weight[last] = 0.0
+    first[last] = source - 1
+    second = np.minimum(first + 1, source - 1)
+    return first, second, weight

@@ -1,12 +1,13 @@
 """jpeg/png inputs, as OVMS takes them: TFS {"b64": ...} and KServe BYTES (binary framing with a
 4-byte little-endian length per element), decoded to BGR (OpenCV's order), resized to the
-model's H x W, batched. Expected numbers come from decoding with Pillow here and running
-OpenVINO directly."""
+model's H x W, batched. Expected numbers come from OpenCV (what OVMS runs: imdecode, conversion
+to the model's float precision, cv::resize INTER_LINEAR) and OpenVINO directly."""
 
 from __future__ import annotations
 
 import io
 
+import cv2
 import numpy as np
 import pytest
 import tritonclient.http as triton
@@ -41,12 +42,13 @@ BIG_JPEG = encode(3, (640, 480), "JPEG")  # more than twice the model size
 
 
 def expected_pixels(images: list[bytes], layout: str) -> np.ndarray:
-    """What the model must receive: Pillow decode, BILINEAR resize to 224x224, BGR, float32."""
+    """What the model must receive, as OVMS computes it: OpenCV decode (BGR), float32, then
+    cv::resize INTER_LINEAR to 224x224."""
     arrays = []
     for data in images:
-        with Image.open(io.BytesIO(data)) as image:
-            rgb = image.convert("RGB").resize((224, 224), Image.Resampling.BILINEAR)
-        arrays.append(np.asarray(rgb)[:, :, ::-1].astype(np.float32))
+        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+        arrays.append(cv2.resize(bgr.astype(np.float32), (224, 224),
+                                 interpolation=cv2.INTER_LINEAR))
     batch = np.stack(arrays)
     return batch if layout == "NHWC" else batch.transpose(0, 3, 1, 2).copy()
 

@@ -81,12 +81,12 @@ def jpeg(width: int, height: int, seed: int = 0) -> bytes:
 
 
 def decode_like_ovms(data: bytes) -> np.ndarray:
-    """What core/codecs/images.py does: Pillow, BGR, BILINEAR to 224x224, NCHW float32."""
-    with Image.open(io.BytesIO(data)) as image:
-        image.draft("RGB", (224, 224))
-        rgb = image.convert("RGB").resize((224, 224), Image.Resampling.BILINEAR)
-        bgr = np.asarray(rgb)[:, :, ::-1]
-    return np.ascontiguousarray(bgr.transpose(2, 0, 1), dtype=np.float32)
+    """What OVMS does with OpenCV: decode (BGR), float32, INTER_LINEAR to 224x224, NCHW."""
+    import cv2
+
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    resized = cv2.resize(bgr.astype(np.float32), (224, 224), interpolation=cv2.INTER_LINEAR)
+    return np.ascontiguousarray(resized.transpose(2, 0, 1))
 
 
 @dataclass

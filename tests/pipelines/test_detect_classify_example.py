@@ -1,6 +1,6 @@
 """examples/detect_classify end to end: build it, serve it with the real `ov-serverless serve`,
-send a jpeg, and compare with the steps done by hand (decode as the server does: Pillow, BGR,
-BILINEAR to 224x224, NCHW float32; detector; crop node; classifier per crop)."""
+send a jpeg, and compare with the steps done by hand (decode as OVMS does with OpenCV: BGR,
+float32, INTER_LINEAR to 224x224, NCHW; detector; crop node; classifier per crop)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import base64
 import io
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from PIL import Image
@@ -33,10 +34,10 @@ def _jpeg(bright: list[int], width: int = 320, height: int = 240) -> bytes:
 
 
 def _decode_as_the_server_does(data: bytes) -> np.ndarray:
-    with Image.open(io.BytesIO(data)) as image:
-        rgb = image.convert("RGB").resize((224, 224), Image.Resampling.BILINEAR)
-    bgr = np.asarray(rgb)[:, :, ::-1]
-    return np.ascontiguousarray(bgr.transpose(2, 0, 1)[None], dtype=np.float32)
+    """OVMS's OpenCV steps: decode (BGR), float32, INTER_LINEAR to 224x224, NCHW."""
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    resized = cv2.resize(bgr.astype(np.float32), (224, 224), interpolation=cv2.INTER_LINEAR)
+    return np.ascontiguousarray(resized.transpose(2, 0, 1)[None])
 
 
 @pytest.fixture(scope="module")

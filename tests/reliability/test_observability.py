@@ -53,13 +53,72 @@ def test_exposition_uses_ovms_names(limited: RunningServer) -> None:
         assert line.startswith("#") or re.match(r"^[a-z_]+(\{.*\})? \S+$", line), line
 
 
+# OVMS's docs/metrics.md label table; status/ready samples of the request counters carry no
+# version (docs/metrics_output.out)
+OVMS_LABELS = {
+    "ovms_streams": {("name", "version")},
+    "ovms_current_requests": {("name", "version")},
+    "ovms_requests_success": {("api", "interface", "method", "name", "version"),
+                              ("api", "interface", "method", "name")},
+    "ovms_requests_fail": {("api", "interface", "method", "name", "version"),
+                           ("api", "interface", "method", "name")},
+    "ovms_request_time_us": {("interface", "name", "version")},
+    "ovms_inference_time_us": {("name", "version")},
+    "ovms_wait_for_infer_req_time_us": {("name", "version")},
+    "ovms_infer_req_queue_size": {("name", "version")},
+    "ovms_infer_req_active": {("name", "version")},
+}
+
+
+def _label_sets(text: str) -> dict[str, set[tuple[str, ...]]]:
+    found: dict[str, set[tuple[str, ...]]] = {}
+    for name, labels in re.findall(r"^(ovms_\w+?)(?:_bucket|_count|_sum)?\{(.*)\} ", text, re.M):
+        keys = tuple(sorted(k for k in re.findall(r'(\w+)="', labels) if k != "le"))
+        found.setdefault(name, set()).add(keys)
+    return found
+
+
+def test_every_ovms_family_has_ovms_labels(limited: RunningServer) -> None:
+    limited.post("/v1/models/scaler:predict", {"instances": SCALER_X})
+    limited.post("/v2/models/scaler/infer", {"inputs": [
+        {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": SCALER_X[0]}]})
+    limited.get("/v1/models/scaler")
+    limited.get("/v2/models/scaler/ready")
+    limited.post("/v1/models/scaler:predict", {"instances": [[1, 2]]})
+    found = _label_sets(scrape(limited.url))
+    assert set(found) == set(OVMS_LABELS)
+    for name, label_sets in found.items():
+        assert label_sets <= OVMS_LABELS[name], name
+    assert ("interface", "name", "version") in found["ovms_request_time_us"]
+
+
+# OVMS's `le` values for every *_time_us histogram (docs/metrics_output.out)
+OVMS_BUCKETS = ["10", "18", "32", "58", "104", "188", "340", "612", "1101", "1983", "3570",
+                "6426", "11568", "20822", "37481", "67466", "121439", "218591", "393464",
+                "708235", "1274823", "2294682", "4130428", "7434771", "13382588", "24088659",
+                "43359586", "78047255", "140485060", "252873108", "455171596", "819308872",
+                "1474755971", "+Inf"]
+
+
+@pytest.mark.parametrize("family", ["ovms_request_time_us", "ovms_inference_time_us",
+                                    "ovms_wait_for_infer_req_time_us"])
+def test_time_histograms_have_ovms_buckets(limited: RunningServer, family: str) -> None:
+    limited.post("/v1/models/scaler:predict", {"instances": SCALER_X})
+    text = scrape(limited.url)
+    sample = re.search(rf'^{family}_bucket\{{(.*?),le="[^"]+"\}} ', text, re.M)
+    assert sample, text
+    bounds = re.findall(rf'^{family}_bucket\{{{re.escape(sample[1])},le="([^"]+)"\}} ', text,
+                        re.M)
+    assert bounds == OVMS_BUCKETS
+
+
 def test_histogram_buckets_are_cumulative() -> None:
     registry: list[metrics.Family] = []
     histogram = metrics.Histogram("ovms_t", "t", ("name",), (10, 100), registry=registry)
     for value in (5, 10, 50, 500):
         histogram.labels("m").observe(value)
     assert metrics.render(registry).decode().splitlines()[2:] == [
-        'ovms_t_bucket{name="m",le="10.0"} 2.0', 'ovms_t_bucket{name="m",le="100.0"} 3.0',
+        'ovms_t_bucket{name="m",le="10"} 2.0', 'ovms_t_bucket{name="m",le="100"} 3.0',
         'ovms_t_bucket{name="m",le="+Inf"} 4.0', 'ovms_t_count{name="m"} 4.0',
         'ovms_t_sum{name="m"} 565.0']
 
@@ -94,7 +153,7 @@ def test_rest_counts(limited: RunningServer, api: str, method: str, path: str,
     for name, delta in (("ovms_requests_success", 3), ("ovms_requests_fail", 2)):
         assert metric_value(after, name, **labels) - metric_value(before, name, **labels) \
             == delta, name
-    timed = dict(api=api, interface="REST", name="scaler", version="1")
+    timed = dict(interface="REST", name="scaler", version="1")
     assert metric_value(after, "ovms_request_time_us_count", **timed) - \
         metric_value(before, "ovms_request_time_us_count", **timed) == 3
     assert metric_value(after, "ovms_inference_time_us_count", name="scaler", version="1") - \
