@@ -283,11 +283,13 @@ def is_object(value: Any) -> bool:
 
 
 def members(obj: Any) -> dict[str, Any] | None:
-    """A simdjson Object's members as a dict, or None when a key repeats (orjson keeps the
-    last one; the exact path does that). Iterating pairs, never looking a key up: a lookup
-    by a key holding a NUL character fails in simdjson."""
-    found = dict(obj.items())
-    return found if len(found) == len(obj) else None
+    """A simdjson Object's members (arrays and objects stay lazy proxies), or None when a key
+    repeats (orjson keeps the last one) or holds a NUL character (simdjson cannot look such a
+    key up): the exact path decodes those."""
+    keys = list(obj.keys())
+    if len(set(keys)) != len(keys) or any("\x00" in key for key in keys):
+        return None
+    return {key: obj[key] for key in keys}
 
 
 def fast_numeric(value: Any, dtype: np.dtype) -> tuple[np.ndarray, int] | None:
