@@ -82,6 +82,17 @@ def test_nul_in_any_key_answers_as_a_small_body(app: App, key: str) -> None:
     assert json.loads(answer.body)["outputs"][0]["data"] == [3.0, 6.0, 9.0, 12.0]
 
 
+@pytest.mark.parametrize("key", ["k\u0000", "x\u0000"])
+def test_tfs_nul_in_an_input_name_answers_as_a_small_body(app: App, key: str) -> None:
+    doc = {"inputs": {"x": [[0.5] * 4] * 200, key: [[0.5] * 4] * 200}}
+    small = call(app, "POST", "/v1/models/scaler:predict", doc)
+    big_body = json.dumps(doc).encode() + b" " * common.FAST_MIN_BYTES
+    big = call(app, "POST", "/v1/models/scaler:predict", big_body)
+    assert (big.status, big.body) == (small.status, small.body)
+    assert (small.status, json.loads(small.body)) == (400, {
+        "error": f"Invalid number of inputs - Expected: 1; Actual: 2; unexpected input: {key}"})
+
+
 @pytest.mark.parametrize("datatype", [{}, [], {"a": 1}, [1], None, 1, True])
 def test_a_datatype_that_is_not_a_string_is_a_400(app: App, datatype: Any) -> None:
     answer = both_sizes(app, {"inputs": [x_input(datatype=datatype)]})
