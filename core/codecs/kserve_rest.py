@@ -50,9 +50,11 @@ def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpe
     doc = with_document(json_part, lambda parsed: _fast(parsed, json_part))
     if doc is None:
         doc = loads(json_part)
-    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
+    if not isinstance(doc, dict):
         raise InvalidInputError("Invalid JSON structure. 'inputs' must be a list of tensors")
-    request_id, params = _id(doc), _parameters(doc)  # checked first, as OVMS does
+    request_id, params = _id(doc), _parameters(doc)  # checked before the inputs, as OVMS does
+    if not isinstance(doc.get("inputs"), list):
+        raise InvalidInputError("Invalid JSON structure. 'inputs' must be a list of tensors")
     reader = _BinaryReader(binary)
     inputs: Inputs = {}
     for index, item in enumerate(doc["inputs"]):
