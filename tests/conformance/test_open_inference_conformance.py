@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from demo import models
 from tests.conformance import checker
 from tests.conftest import ServerFactory
-from tests.core.helpers import RunningServer, Zoo
+from tests.core.helpers import RunningServer, Zoo, save_ir, write_config
 
 pytest.importorskip("schemathesis")
 
@@ -32,7 +33,8 @@ def test_serve_conforms_to_the_open_inference_rest_spec(
     print("schemathesis:", result.summary())
     assert result.operations == 9
     assert result.test_cases > 100
-    assert not result.failures, "\n\n".join(result.failures[:5])
+    worst_first = sorted(result.failures, key=lambda case: "[5" not in case)
+    assert not result.failures, "\n\n".join(worst_first[:8])
 
 
 PLANTED = '''
@@ -45,14 +47,16 @@ rest.server_metadata = _planted
 '''
 
 
-def test_a_planted_500_fails_the_check(zoo: Zoo, server_factory: ServerFactory,
-                                       tmp_path: Path) -> None:
+def test_a_planted_500_fails_the_check(server_factory: ServerFactory, tmp_path: Path) -> None:
     """`GET /v2/` raises inside the server (a sitecustomize patch): the run must report it."""
     fault = tmp_path / "fault"
     fault.mkdir()
     (fault / "sitecustomize.py").write_text(PLANTED)
     path = os.pathsep.join([str(fault), os.environ.get("PYTHONPATH", str(Path.cwd()))])
-    server = server_factory(zoo.config, env={"PYTHONPATH": path})
+    save_ir(models.scaler(3.0), tmp_path / "repo" / "scaler" / "1")
+    config = write_config(tmp_path / "repo" / "config.json",
+                          [{"name": "scaler", "base_path": "scaler"}])
+    server = server_factory(config, env={"PYTHONPATH": path})
     assert server.get("/v2").status_code == 500
     spec_path = checker.write_spec(tmp_path / "spec.yaml", ["scaler"], ["1"])
     (tmp_path / "report").mkdir()
