@@ -61,7 +61,8 @@ def test_a_planted_500_fails_the_check(server_factory: ServerFactory, tmp_path: 
     spec_path = checker.write_spec(tmp_path / "spec.yaml", ["scaler"], ["1"])
     (tmp_path / "report").mkdir()
     result = checker.run(server.url, spec_path, tmp_path / "report", max_examples=3,
-                         max_time=60, seed=SEED, extra=("--include-path", "/v2/"))
+                         max_time=60, seed=SEED,
+                         extra=("--include-path", "/v2/", "--max-failures", "1"))
     print("schemathesis (planted 500):", result.summary())
     assert result.failures and all("[500]" in case for case in result.failures)
     assert any(kind.endswith(" 500") for kind in result.kinds)
