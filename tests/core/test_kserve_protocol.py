@@ -197,7 +197,7 @@ def test_binary_output_keeps_the_bits(app: App) -> None:
 
 GET_PATHS = ["/v1/models/scaler", "/v1/models/scaler/versions/1/metadata", "/v1/config",
              "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/scaler",
-             "/v2/models/scaler/versions/1", "/v2/models/scaler/ready"]
+             "/v2/models/scaler/versions/1", "/v2/models/scaler/ready", "/metrics"]
 POST_PATHS = ["/v1/models/scaler:predict", "/v1/models/scaler:classify", "/v1/config/reload",
               "/v2/models/scaler/infer", "/v2/models/scaler/versions/1/infer"]
 
