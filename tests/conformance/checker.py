@@ -67,8 +67,8 @@ def run(url: str, spec_path: Path, report_dir: Path, *, max_examples: int, max_t
                "--seed", str(seed), "--workers", "1", "--request-timeout", "60",
                "--no-color", "--report", "json,junit", "--report-dir", str(report_dir), *extra]
     done = subprocess.run(command, capture_output=True, text=True, timeout=max_time * 3 + 120,
-                          check=False)
-    reports = {p.suffix: p for p in report_dir.iterdir()}
+                          check=False, cwd=report_dir)  # its example database stays there
+    reports = {p.suffix: p for p in report_dir.iterdir() if p.is_file()}
     if ".json" not in reports or ".xml" not in reports:
         raise AssertionError(f"schemathesis wrote no report:\n{done.stdout[-3000:]}"
                              f"\n{done.stderr[-3000:]}")
