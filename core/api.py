@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
+import orjson
+
 from core import errors, limits, logs, rest
 from core.config import Settings
 from core.cors import Cors
@@ -48,6 +50,7 @@ class Response:
 
 
 JSON = "application/json"
+READY = b'{"ready":true}'
 log = logging.getLogger("ov_serverless.api")
 Handler = Callable[[Request, re.Match[str]], Response]
 
@@ -184,13 +187,16 @@ class App:
         changed, body = rest.config_reload(self.manager)
         return json_response(body, 201 if changed else 200)
 
+    # Health bodies as the Open Inference Protocol REST spec shapes them; a not-ready answer
+    # also carries the reason in the error shape every other failure uses.
+
     def _live(self, req: Request, m: re.Match[str]) -> Response:
-        return Response(200, b"")
+        return json_response(b'{"live":true}')
 
     def _ready(self, req: Request, m: re.Match[str]) -> Response:
         if not self.manager.ready:
-            raise errors.ServerNotReadyError("Server is not ready yet")
-        return Response(200, b"")
+            return _not_ready(errors.ServerNotReadyError("Server is not ready yet"))
+        return json_response(READY)
 
     def _server_metadata(self, req: Request, m: re.Match[str]) -> Response:
         return json_response(rest.server_metadata())
@@ -199,8 +205,12 @@ class App:
         return json_response(rest.kserve_metadata(self.manager, m["name"], _ver(m)))
 
     def _kserve_ready(self, req: Request, m: re.Match[str]) -> Response:
-        ready = rest.kserve_ready(self.manager, m["name"], _ver(m))
-        return Response(200 if ready else 404, b"")
+        problem = rest.kserve_ready(self.manager, m["name"], _ver(m))
+        if problem is None:
+            return json_response(READY)
+        if isinstance(problem, errors.NotFoundError):  # no such model or version
+            return error_response(problem)
+        return _not_ready(problem)
 
     def _kserve_infer(self, req: Request, m: re.Match[str]) -> Response:
         header_length = req.header("inference-header-content-length") or None
@@ -231,20 +241,32 @@ class App:
         return Response(200, body, {"content-type": content_type})
 
 
+class MethodNotAllowed(errors.MethodNotAllowedError):
+    """405 with the route's methods, sent in the `Allow` header (RFC 9110 requires it)."""
+
+    def __init__(self, method: str, path: str, allowed: list[str]) -> None:
+        super().__init__(f"Unsupported method {method[:16]} for {path}; "
+                         f"allowed: {', '.join(allowed)}")
+        self.allowed = allowed
+
+
 def _match(routes: list[tuple[re.Pattern[str], dict[str, Handler]]], method: str, path: str
            ) -> tuple[Handler, re.Match[str]] | None:
-    """The handler of the first pattern matching `path`; 405 when it lacks `method`."""
+    """The handler of the first pattern matching `path`; 405 when it lacks `method`. HEAD is
+    answered as GET (the transport sends the head without the body)."""
     for pattern, methods in routes:
         match = pattern.fullmatch(path)
         if match is None:
             continue
-        handler = methods.get(method)
+        handler = methods.get("GET" if method == "HEAD" else method)
         if handler is None:
-            raise errors.MethodNotAllowedError(
-                f"Unsupported method {method} for {path}; allowed: {', '.join(methods)}"
-            )
+            raise MethodNotAllowed(method, path, _allowed(methods))
         return handler, match
     return None
+
+
+def _allowed(methods: Mapping[str, Handler]) -> list[str]:
+    return [*methods, "HEAD"] if "GET" in methods else list(methods)
 
 
 def _ver(match: re.Match[str]) -> int | None:
@@ -270,7 +292,16 @@ def reason_phrase(status: int) -> str:
 
 
 def error_response(exc: errors.ServingError, openai_shape: bool = False) -> Response:
+    headers = {"content-type": JSON}
+    if isinstance(exc, MethodNotAllowed):
+        headers["allow"] = ", ".join(exc.allowed)
     body = openai.error_body(exc) if openai_shape else exc.to_body()
+    return Response(exc.http_status, body, headers)
+
+
+def _not_ready(exc: errors.ServingError) -> Response:
+    """A health answer of false: {"ready": false} with the reason, at the error's status."""
+    body = orjson.dumps({"ready": False, "error": exc.message})
     return Response(exc.http_status, body, {"content-type": JSON})
 
 

@@ -139,13 +139,15 @@ def _kserve_tensor(spec: TensorSpec) -> dict[str, Any]:
             "shape": [_size(d) for d in spec.dims]}
 
 
-def kserve_ready(manager: ModelManager, name: str, version: int | None) -> bool:
+def kserve_ready(manager: ModelManager, name: str, version: int | None
+                 ) -> ServingError | None:
+    """Why the model (version) cannot serve now, or None when it is ready."""
     with metrics.track("KServe", "REST", "ModelReady", name, None):
         try:
             manager.get(name, version)
-        except ServingError:
-            return False
-        return True
+        except ServingError as exc:
+            return exc
+        return None
 
 
 def kserve_infer(manager: ModelManager, name: str, version: int | None, body: bytes,

@@ -52,6 +52,36 @@ def dumps(doc: Any) -> bytes:
     return orjson.dumps(doc, option=NUMPY_OPT, default=_default)
 
 
+def json_tensor(value: Any) -> Any:
+    """A tensor (or one of its items) as `dumps` should write it. JSON has no NaN or
+    infinities and orjson writes them as null (which the KServe schema refuses and a client
+    reads back as NaN even for +inf); a float tensor holding one is written with the
+    literals TF Serving's REST API uses, NaN, Infinity and -Infinity, which Python's json
+    and tritonclient read back as the same value. Binary output stays the lossless choice."""
+    array = np.asarray(value)
+    if array.dtype.kind != "f":
+        return value
+    finite = np.isfinite(array)
+    if finite.all():
+        return value
+    if array.ndim == 0:
+        return orjson.Fragment(_LITERALS[_literal_index(array)])
+    nulls = orjson.dumps(np.ascontiguousarray(array), option=NUMPY_OPT).split(b"null")
+    words = [_LITERALS[i] for i in _literal_index(array[~finite]).tolist()]
+    text = bytearray(nulls[0])
+    for word, rest in zip(words, nulls[1:], strict=True):
+        text += word + rest
+    return orjson.Fragment(bytes(text))
+
+
+_LITERALS = (b"NaN", b"Infinity", b"-Infinity")
+
+
+def _literal_index(values: np.ndarray) -> Any:
+    """0 for NaN, 1 for +inf, 2 for -inf, element-wise."""
+    return np.where(np.isnan(values), 0, np.where(values > 0, 1, 2))
+
+
 def _default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.kind in "SU":  # numpy strings: as the object arrays of bytes
@@ -178,30 +208,52 @@ def numeric_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
         )
     if spec.dtype is tensors.BYTES:
         raise InvalidInputError(f"Input {spec.name} takes strings or b64 values, not numbers")
-    return cast_numbers(array, spec.dtype.numpy, spec.name)
+    return cast_numbers(value, array, spec.dtype.numpy, spec.name)
 
 
-def cast_numbers(array: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
-    """JSON numbers -> `dtype`. A float input takes any number (1e300 -> inf in FP32, as a C
-    cast); an integer input only integers it can hold, as TF Serving and OVMS check each
-    value's JSON type: -1 for UINT8 or 1.5 for INT32 is a 400, not a silent 255 or 1."""
+def cast_numbers(value: Any, array: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """JSON numbers (`value`, already `array` = np.asarray(value)) -> `dtype`. A float input
+    takes any number (1e300 -> inf in FP32, as a C cast); an integer input only integers it
+    can hold, checked exactly (18446744073709551615 is a UINT64, 2**64 is not), as TF Serving
+    and OVMS check each value's JSON type: -1 for UINT8 or 1.5 for INT32 is a 400, not a
+    silent 255 or 1. An integral float (3.0) counts as its integer up to 2**53, beyond which
+    a float no longer tells which integer was written."""
+    if dtype.kind in "iu" and array.dtype.kind == "f":
+        # numpy made float64 of a mix of ints and floats (or of ints no int64/uint64 holds):
+        # float64 rounds big ints, so each value is checked as the JSON parser gave it
+        return _exact_integers(value, dtype, name).reshape(array.shape)
     if not fits(array, dtype):
-        info = np.iinfo(dtype)
-        raise InvalidInputError(f"Invalid value for input {name}: expected integers from "
-                                f"{info.min} to {info.max}")
+        raise _range_error(dtype, name)
     with np.errstate(over="ignore", invalid="ignore"):
         return array.astype(dtype, copy=False)
 
 
+def _exact_integers(value: Any, dtype: np.dtype, name: str) -> np.ndarray:
+    info = np.iinfo(dtype)
+    exact: list[int] = []
+    for item in _flatten(value):
+        if isinstance(item, float):
+            if not (item.is_integer() and abs(item) <= _EXACT_INT):
+                raise _range_error(dtype, name)
+            item = int(item)
+        if not info.min <= item <= info.max:
+            raise _range_error(dtype, name)
+        exact.append(int(item))
+    return np.array(exact, dtype=dtype)
+
+
+def _range_error(dtype: np.dtype, name: str) -> InvalidInputError:
+    info = np.iinfo(dtype)
+    return InvalidInputError(f"Invalid value for input {name}: expected integers from "
+                             f"{info.min} to {info.max}")
+
+
 def fits(array: np.ndarray, dtype: np.dtype) -> bool:
-    """Every value of `array` is one that integer `dtype` holds exactly (True if not int)."""
-    if dtype.kind not in "iu" or array.dtype.kind not in "iuf" or not array.size:
+    """Every value of an integer (or bool) `array` is one that integer `dtype` holds (True
+    when `dtype` is not an integer type)."""
+    if dtype.kind not in "iu" or array.dtype.kind not in "biu" or not array.size:
         return True
     info = np.iinfo(dtype)
-    if array.dtype.kind == "f":  # NaN fails the equality, +-inf the range
-        return bool(np.array_equal(array, np.trunc(array))
-                    and float(array.min()) >= info.min
-                    and float(array.max()) < float(info.max) + 1)
     return int(array.min()) >= info.min and int(array.max()) <= info.max
 
 
@@ -226,6 +278,8 @@ def with_document(body: bytes, use: Callable[[Any], T]) -> T | None:
         return None
     try:
         return use(doc)
+    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError, UnicodeDecodeError):
+        return None  # anything the fast path did not foresee: the exact path answers it
     finally:
         del doc
         if len(body) <= POOLED_MAX_BYTES:
@@ -251,6 +305,16 @@ def is_array(value: Any) -> bool:
 
 def is_object(value: Any) -> bool:
     return simdjson is not None and isinstance(value, simdjson.Object)
+
+
+def members(obj: Any) -> dict[str, Any] | None:
+    """A simdjson Object's members (arrays and objects stay lazy proxies), or None when a key
+    repeats (orjson keeps the last one) or holds a NUL character (simdjson cannot look such a
+    key up): the exact path decodes those."""
+    keys = list(obj.keys())
+    if len(set(keys)) != len(keys) or any("\x00" in key for key in keys):
+        return None
+    return {key: obj[key] for key in keys}
 
 
 def fast_numeric(value: Any, dtype: np.dtype) -> tuple[np.ndarray, int] | None:

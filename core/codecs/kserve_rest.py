@@ -23,12 +23,17 @@ from core.codecs.common import (
     fast_numeric,
     is_array,
     is_object,
+    json_tensor,
     loads,
+    members,
     plain,
     with_document,
 )
 from core.errors import InvalidInputError
 from core.signature import Inputs, TensorSpec, check_precision
+
+BAD_ID = "Could not parse input content. Not valid ndarray detected"  # OVMS's text for it
+BAD_PARAMETERS = "Could not parse request parameters"
 
 
 @dataclass
@@ -45,7 +50,10 @@ def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpe
     doc = with_document(json_part, lambda parsed: _fast(parsed, json_part))
     if doc is None:
         doc = loads(json_part)
-    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
+    if not isinstance(doc, dict):
+        raise InvalidInputError("Invalid JSON structure. 'inputs' must be a list of tensors")
+    request_id, params = _id(doc), _parameters(doc)  # checked before the inputs, as OVMS does
+    if not isinstance(doc.get("inputs"), list):
         raise InvalidInputError("Invalid JSON structure. 'inputs' must be a list of tensors")
     reader = _BinaryReader(binary)
     inputs: Inputs = {}
@@ -58,19 +66,15 @@ def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpe
         raise InvalidInputError(
             "Binary data is longer than the binary_data_size parameters of the inputs declare"
         )
-    request = InferRequest(inputs, _id(doc.get("id")))
-    params = doc.get("parameters") or {}
-    request.binary_default = isinstance(params, dict) and params.get("binary_data_output") is True
+    request = InferRequest(inputs, request_id)
+    request.binary_default = params.get("binary_data_output") is True
     outputs = doc.get("outputs") or []
     if not isinstance(outputs, list):
         raise InvalidInputError("Invalid JSON structure. 'outputs' must be a list")
     for item in outputs:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidInputError("Invalid JSON structure. Each output needs a name")
-        out_params = item.get("parameters") or {}
-        if not isinstance(out_params, dict):
-            raise InvalidInputError("Could not parse request parameters; output name: "
-                                    f"{item['name']}")
+        out_params = _parameters(item)
         request.binary_outputs[item["name"]] = bool(
             out_params.get("binary_data", request.binary_default)
         )
@@ -80,39 +84,52 @@ def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpe
 def _fast(doc: Any, text: bytes) -> dict[str, Any] | None:
     """The request document with each numeric "data" already an array of the declared
     datatype (see core.codecs.common), or None: then the exact (orjson) path decodes it."""
-    if not is_object(doc) or not is_array(doc.get("inputs")):
+    fields = members(doc) if is_object(doc) else None
+    if fields is None or not is_array(fields.get("inputs")):
         return None
     out: dict[str, Any] = {}
     expected = 1  # the "inputs" list itself
-    for key in doc:
+    for key, value in fields.items():
         expected += key.count("[")
         if key != "inputs":
-            out[key], count = plain(doc[key])
+            out[key], count = plain(value)
             expected += count
     items = []
-    for item in doc["inputs"]:
-        if not is_object(item):
+    for item in fields["inputs"]:
+        entry = _fast_tensor(item)
+        if entry is None:
             return None
-        entry: dict[str, Any] = {}
-        for key in item:
-            expected += key.count("[")
-            if key != "data":
-                entry[key], count = plain(item[key])
-                expected += count
-        if "data" in item:
-            datatype = tensors.BY_KSERVE.get(entry.get("datatype"))  # type: ignore[arg-type]
-            if datatype is None or datatype is tensors.BYTES:
-                return None
-            found = fast_numeric(item["data"], datatype.numpy)
-            if found is None:
-                return None
-            entry["data"], count = found
-            expected += count
-        items.append(entry)
+        items.append(entry[0])
+        expected += entry[1]
     if brackets(text) != expected:
         return None
     out["inputs"] = items
     return out
+
+
+def _fast_tensor(item: Any) -> tuple[dict[str, Any], int] | None:
+    """One input object with numeric "data" as an array, and the '[' it accounts for."""
+    fields = members(item) if is_object(item) else None
+    if fields is None:
+        return None
+    entry: dict[str, Any] = {}
+    expected = 0
+    for key, value in fields.items():
+        expected += key.count("[")
+        if key != "data":
+            entry[key], count = plain(value)
+            expected += count
+    if "data" in fields:
+        datatype = entry.get("datatype")
+        dtype = tensors.BY_KSERVE.get(datatype) if isinstance(datatype, str) else None
+        if dtype is None or dtype is tensors.BYTES:
+            return None
+        found = fast_numeric(fields["data"], dtype.numpy)
+        if found is None:
+            return None
+        entry["data"], count = found
+        expected += count
+    return entry, expected
 
 
 def _split(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
@@ -128,8 +145,25 @@ def _split(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
     return body[:cut], memoryview(body)[cut:]
 
 
-def _id(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _id(doc: dict[str, Any]) -> str | None:
+    """The request's "id", echoed in the response; OVMS refuses one that is not a string."""
+    if "id" not in doc:
+        return None
+    if not isinstance(doc["id"], str):
+        raise InvalidInputError(BAD_ID)
+    return doc["id"]
+
+
+def _parameters(owner: dict[str, Any]) -> dict[str, Any]:
+    """The "parameters" of the request, an input or an output: an object of scalars (the
+    protocol's $parameter: string, number or boolean), as OVMS checks them."""
+    if "parameters" not in owner:
+        return {}
+    params = owner["parameters"]
+    if not isinstance(params, dict) or not all(
+            isinstance(value, str | int | float) for value in params.values()):
+        raise InvalidInputError(BAD_PARAMETERS)
+    return params
 
 
 class _BinaryReader:
@@ -165,8 +199,7 @@ def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, Te
     spec = specs.get(name)
     if spec is not None and not (dtype is tensors.BYTES and spec.image_layout):
         check_precision(spec, dtype)
-    params = item.get("parameters") or {}
-    size = params.get("binary_data_size") if isinstance(params, dict) else None
+    size = _parameters(item).get("binary_data_size")
     if size is None and "data" not in item and reader.remaining:
         # OVMS: binary_data_size may be left out for a single input (it takes the rest of the
         # body) or for a fixed-size datatype (its size follows from the shape).
@@ -238,7 +271,7 @@ def _from_json(data: Any, dtype: tensors.DType, shape: list[int], count: int, na
             raise InvalidInputError(f"Invalid data for input {name}: not a valid array") from None
         if array.dtype.kind not in "biuf":
             raise InvalidInputError(f"Invalid data for input {name}: expected numbers")
-        array = cast_numbers(array, dtype.numpy, name).reshape(-1)
+        array = cast_numbers(data, array, dtype.numpy, name).reshape(-1)
     if array.size != count:
         raise InvalidInputError(
             f"Invalid number of values in tensor proto container - Expected: {count}; "
@@ -275,7 +308,7 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
             entry["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
         else:
-            entry["data"] = value.reshape(-1)
+            entry["data"] = json_tensor(value.reshape(-1))
         described.append(entry)
     doc: dict[str, Any] = {"model_name": model, "model_version": str(version),
                            "outputs": described}

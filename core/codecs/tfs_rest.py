@@ -20,7 +20,9 @@ from core.codecs.common import (
     is_array,
     is_binary_leaf,
     is_object,
+    json_tensor,
     loads,
+    members,
     named_bytes_as_b64,
     numeric_array,
     with_document,
@@ -65,7 +67,10 @@ def _fast(doc: Any, body: bytes, specs: Mapping[str, TensorSpec]
             return None
         columns = {next(iter(specs)): value}
     elif key == "inputs" and is_object(value) and "b64" not in value:
-        columns = {name: value[name] for name in value}
+        named = members(value)
+        if named is None:
+            return None
+        columns = named
     else:
         return None
     inputs: Inputs = {}
@@ -130,14 +135,15 @@ def encode(outputs: Mapping[str, np.ndarray], form: str) -> bytes:
     outputs = named_bytes_as_b64(outputs)
     if form == COLUMN:
         if len(outputs) == 1:
-            return dumps({"outputs": next(iter(outputs.values()))})
-        return dumps({"outputs": dict(outputs)})
+            return dumps({"outputs": json_tensor(next(iter(outputs.values())))})
+        return dumps({"outputs": {name: json_tensor(value) for name, value in outputs.items()}})
     if len(outputs) == 1:
-        return dumps({"predictions": next(iter(outputs.values()))})
+        return dumps({"predictions": json_tensor(next(iter(outputs.values())))})
     batch = {len(value) if value.ndim else 0 for value in outputs.values()}
     if len(batch) != 1 or 0 in batch:
         raise InvalidInputError(
             "Outputs have different batch sizes; use the columnar format (\"inputs\")"
         )
-    rows = [{name: value[i] for name, value in outputs.items()} for i in range(batch.pop())]
+    rows = [{name: json_tensor(value[i]) for name, value in outputs.items()}
+            for i in range(batch.pop())]
     return dumps({"predictions": rows})

@@ -3,6 +3,8 @@ these behaviours changes, the table must change with it."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from pathlib import Path
 
@@ -64,12 +66,14 @@ def test_duplicate_json_keys_take_the_last_value(app: App) -> None:
     assert orjson.loads(response.body) == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}
 
 
-def test_non_finite_outputs_are_null(app: App) -> None:
+def test_non_finite_outputs_are_tf_serving_literals(app: App) -> None:
     tfs = call(app, "POST", "/v1/models/log:predict", b'{"instances": [[0, -1, 1, 1]]}')
-    assert orjson.loads(tfs.body) == {"predictions": [[None, None, 0.0, 0.0]]}
+    predictions = json.loads(tfs.body)["predictions"][0]
+    assert predictions[0] == -math.inf and math.isnan(predictions[1]) and predictions[2:] == [0, 0]
     kserve = call(app, "POST", "/v2/models/log/infer", orjson.dumps({"inputs": [
         {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [0, -1, 1, 1]}]}))
-    assert orjson.loads(kserve.body)["outputs"][0]["data"] == [None, None, 0.0, 0.0]
+    data = json.loads(kserve.body)["outputs"][0]["data"]
+    assert data[0] == -math.inf and math.isnan(data[1]) and data[2:] == [0, 0]
 
 
 def test_rest_binds_to_localhost_by_default() -> None:
