@@ -191,13 +191,6 @@ def test_template_shape() -> None:
     assert (ROOT / meta["DockerBuildArgs"]["MODELS_DIR"]).is_dir()
     assert "FunctionUrlConfig" in props
 
-    routes = {
-        (e["Properties"]["Path"], e["Properties"]["Method"])
-        for e in props["Events"].values()
-        if e["Type"] == "HttpApi"
-    }
-    assert routes == {("/{proxy+}", "ANY"), ("/", "ANY")}
-
     env = props["Environment"]["Variables"]
     assert env["OVS_CACHE_DIR"] == "/tmp/ov-cache"
     assert "s3://${ModelBucket}/${ConfigPath}" in json.dumps(env["OVS_CONFIG_PATH"])
@@ -208,45 +201,208 @@ def test_template_shape() -> None:
     assert '"S3ReadPolicy": {"BucketName": {"Ref": "ModelBucket"}}' in policies
     assert "FullAccess" not in policies and '"*"' not in policies
 
-    outputs = json.dumps(t["Outputs"])
-    assert "InferenceFunctionUrl" in outputs and "ServerlessHttpApi" in outputs
+
+# -- the SAM transform, then CloudFormation's own steps (Rules, Conditions) for a parameter set
+
+IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ov-serverless:v1"
+_NO_VALUE = object()
 
 
-def test_sam_translation_expands_to_valid_cloudformation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Run the real SAM transform (what CloudFormation does), then lint the plain result."""
+def sam_transform(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The real SAM transform (aws-sam-translator, what CloudFormation runs for the
+    Transform line); `sam deploy` fills ImageUri from the built image, and so does this."""
     pytest.importorskip("samtranslator", reason="pip install aws-sam-translator")
-    pytest.importorskip("cfnlint", reason="pip install cfn-lint")
     from samtranslator.translator.transform import transform
     from samtranslator.yaml_helper import yaml_parse
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     sam = yaml_parse(TEMPLATE.read_text())
-    # `sam deploy` fills ImageUri from the built image; do the same here.
-    sam["Resources"]["InferenceFunction"]["Properties"]["ImageUri"] = (
-        "123456789012.dkr.ecr.us-east-1.amazonaws.com/ov-serverless:v1"
-    )
+    sam["Resources"]["InferenceFunction"]["Properties"]["ImageUri"] = IMAGE_URI
 
     class NoManagedPolicies:
         def load(self) -> dict[str, str]:
             return {}
 
-    cfn = transform(sam, {}, NoManagedPolicies())
+    return dict(transform(sam, {}, NoManagedPolicies()))
+
+
+def parameter_values(cfn: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
+    values = {name: str(p.get("Default", "")) for name, p in cfn["Parameters"].items()}
+    unknown = set(overrides) - set(values)
+    assert not unknown, f"no such parameters: {unknown}"
+    return values | overrides
+
+
+def _resolve(node: Any, params: dict[str, Any], conditions: dict[str, bool]) -> Any:
+    """Evaluate the intrinsics CloudFormation resolves before it creates anything: Ref to a
+    parameter, Fn::Equals/Not/And/Or, Condition and Fn::If (AWS::NoValue drops the key)."""
+    if isinstance(node, list):
+        items = [_resolve(v, params, conditions) for v in node]
+        return [v for v in items if v is not _NO_VALUE]
+    if not isinstance(node, dict):
+        return node
+    if len(node) == 1:
+        ((key, arg),) = node.items()
+        if key == "Ref":
+            if arg == "AWS::NoValue":
+                return _NO_VALUE
+            return params.get(arg, node)
+        if key == "Condition":
+            return conditions[arg]
+        if key == "Fn::Equals":
+            left, right = (_resolve(v, params, conditions) for v in arg)
+            return str(left) == str(right)
+        if key == "Fn::Not":
+            return not _resolve(arg[0], params, conditions)
+        if key == "Fn::And":
+            return all(_resolve(v, params, conditions) for v in arg)
+        if key == "Fn::Or":
+            return any(_resolve(v, params, conditions) for v in arg)
+        if key == "Fn::If":
+            chosen = arg[1] if conditions[arg[0]] else arg[2]
+            return _resolve(chosen, params, conditions)
+    out = {k: _resolve(v, params, conditions) for k, v in node.items()}
+    return {k: v for k, v in out.items() if v is not _NO_VALUE}
+
+
+def deployed(cfn: dict[str, Any], **overrides: str) -> dict[str, Any]:
+    """What CloudFormation would create from the transformed template with these parameters:
+    Rules checked first (an AssertionError names a failed rule), conditions evaluated, resources
+    and outputs whose condition is false dropped, Fn::If resolved."""
+    params = parameter_values(cfn, overrides)
+    conditions: dict[str, bool] = {}
+    for name, expr in cfn.get("Conditions", {}).items():  # each refers only to earlier ones
+        conditions[name] = bool(_resolve(expr, params, conditions))
+    for name, rule in cfn.get("Rules", {}).items():
+        if "RuleCondition" in rule and not _resolve(rule["RuleCondition"], params, conditions):
+            continue
+        for check in rule["Assertions"]:
+            assert _resolve(check["Assert"], params, conditions), f"Rule {name}"
+    kept = {
+        section: {
+            key: _resolve(value, params, conditions)
+            for key, value in cfn.get(section, {}).items()
+            if conditions.get(value.get("Condition", ""), True)
+        }
+        for section in ("Resources", "Outputs")
+    }
+    return kept
+
+
+def permissions(resources: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Permission"
+    ]
+
+
+def test_function_url_none_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Since Oct 2025 a NONE Function URL answers 403 unless the function's policy allows
+    both lambda:InvokeFunctionUrl (FunctionUrlAuthType NONE) and lambda:InvokeFunction
+    (InvokedViaFunctionUrl) to everyone."""
+    res = deployed(sam_transform(monkeypatch))["Resources"]  # the defaults: NONE
+    assert res["InferenceFunctionUrl"]["Properties"]["AuthType"] == "NONE"
+    public = [p for p in permissions(res) if p["Principal"] == "*"]
+    target = {"Ref": "InferenceFunction"}
+    assert {
+        "Action": "lambda:InvokeFunctionUrl", "FunctionName": target, "Principal": "*",
+        "FunctionUrlAuthType": "NONE",
+    } in public
+    assert {
+        "Action": "lambda:InvokeFunction", "FunctionName": target, "Principal": "*",
+        "InvokedViaFunctionUrl": True,
+    } in public
+
+
+def test_aws_iam_leaves_nothing_public(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = deployed(sam_transform(monkeypatch), FunctionUrlAuthType="AWS_IAM")
+    res = out["Resources"]
+    assert res["InferenceFunctionUrl"]["Properties"]["AuthType"] == "AWS_IAM"
+    assert [p for p in permissions(res) if p["Principal"] == "*"] == []
+    (route,) = [r for r in res.values() if r["Type"] == "AWS::ApiGatewayV2::Route"]
+    assert route["Properties"]["AuthorizationType"] == "AWS_IAM"
+    assert route["Properties"]["RouteKey"] == "$default"
+    (api_invoke,) = permissions(res)
+    assert api_invoke["Principal"] == "apigateway.amazonaws.com"
+    assert "${HttpApiGateway}/*" in json.dumps(api_invoke["SourceArn"])
+
+
+def test_http_api_public_with_none_throttled_and_optional(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfn = sam_transform(monkeypatch)
+    res = deployed(cfn)["Resources"]
+    route = res["HttpApiRoute"]["Properties"]
+    assert route["AuthorizationType"] == "NONE"
+    assert route["Target"] == {"Fn::Sub": "integrations/${HttpApiIntegration}"}
+    integration = res["HttpApiIntegration"]["Properties"]
+    assert integration["PayloadFormatVersion"] == "2.0"
+    assert integration["IntegrationType"] == "AWS_PROXY"
+    stage = res["HttpApiStage"]["Properties"]
+    assert (stage["StageName"], stage["AutoDeploy"]) == ("$default", True)
+    throttle = stage["DefaultRouteSettings"]
+    assert 1 <= int(throttle["ThrottlingRateLimit"]) <= int(throttle["ThrottlingBurstLimit"])
+    assert "HttpApiUrl" in deployed(cfn)["Outputs"]
+
+    out = deployed(cfn, HttpApi="Disabled")
+    kinds = {r["Type"] for r in out["Resources"].values()}
+    assert not any(k.startswith("AWS::ApiGatewayV2::") for k in kinds)
+    assert "HttpApiUrl" not in out["Outputs"] and "FunctionUrl" in out["Outputs"]
+    assert all(p["Principal"] == "*" for p in permissions(out["Resources"]))
+
+
+def test_reserved_concurrency_caps_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfn = sam_transform(monkeypatch)
+    fn = deployed(cfn)["Resources"]["InferenceFunction"]["Properties"]
+    assert 1 <= int(fn["ReservedConcurrentExecutions"]) <= 100
+    fn = deployed(cfn, ReservedConcurrency="1")["Resources"]["InferenceFunction"]["Properties"]
+    assert fn["ReservedConcurrentExecutions"] == "1"
+    fn = deployed(cfn, ReservedConcurrency="-1")["Resources"]["InferenceFunction"]["Properties"]
+    assert "ReservedConcurrentExecutions" not in fn
+
+
+def test_rules_refuse_a_bucket_without_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket with neither ConfigPath nor ModelPrefix would serve nothing: CloudFormation
+    refuses the parameters before it creates anything. The defaults (demo models baked into
+    the image, no bucket) pass."""
+    cfn = sam_transform(monkeypatch)
+    deployed(cfn)
+    deployed(cfn, ModelBucket="models", ConfigPath="models/config.json")
+    deployed(cfn, ModelBucket="models", ModelPrefix="models/resnet")
+    with pytest.raises(AssertionError, match="BucketNeedsModels"):
+        deployed(cfn, ModelBucket="models")
+    env = deployed(cfn, ModelBucket="b", ConfigPath="c.json")["Resources"]["InferenceFunction"]
+    assert env["Properties"]["Environment"]["Variables"]["OVS_CONFIG_PATH"] == {
+        "Fn::Sub": "s3://${ModelBucket}/${ConfigPath}"}
+
+
+def _cfn_lint(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from cfnlint.runner import main; sys.argv[0] = 'cfn-lint'; sys.exit(main())"
+    return subprocess.run(
+        [sys.executable, "-c", code, str(path), *extra],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_sam_translation_expands_to_valid_cloudformation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transformed template lints clean, with the serverless rules where installed."""
+    pytest.importorskip("cfnlint", reason="pip install cfn-lint")
+    cfn = sam_transform(monkeypatch)
     res = cfn["Resources"]
     assert res["InferenceFunctionUrl"]["Type"] == "AWS::Lambda::Url"
-    assert res["ServerlessHttpApi"]["Type"] == "AWS::ApiGatewayV2::Api"
-    paths = res["ServerlessHttpApi"]["Properties"]["Body"]["paths"]
-    assert set(paths) == {"/", "/{proxy+}"}
     role = json.dumps(res["InferenceFunctionRole"]["Properties"])
     assert "s3:GetObject" in role and "s3:PutObject" not in role
 
     out = tmp_path / "transformed.json"
     out.write_text(json.dumps(cfn))
-    code = "import sys; from cfnlint.runner import main; sys.argv[0] = 'cfn-lint'; sys.exit(main())"
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300
-    )
+    proc = _cfn_lint(out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_cfn_lint_serverless_rules() -> None:
+    pytest.importorskip("cfn_lint_serverless", reason="pip install cfn-lint-serverless")
+    proc = _cfn_lint(TEMPLATE, "-a", "cfn_lint_serverless.rules")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
