@@ -11,10 +11,12 @@ import ast
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +94,57 @@ def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
         out.append((word.upper(), rest.strip()))
         buf = ""
     return out
+
+
+@dataclass
+class ImageConfig:
+    """What `docker run` of a built stage starts: ENTRYPOINT, CMD, ENV and USER as the
+    stage inherits them from the stages (and, for ENV, the ARGs) it is built FROM."""
+
+    entrypoint: list[str] = field(default_factory=list)
+    cmd: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    user: str = ""
+    base: str = ""
+
+    @property
+    def argv(self) -> list[str]:
+        return self.entrypoint + self.cmd
+
+
+def image_config(path: Path, target: str = "final", **build_args: str) -> ImageConfig:
+    stages: dict[str, list[tuple[str, str]]] = {}
+    bases: dict[str, str] = {}
+    args: dict[str, str] = {}
+    current = ""
+    for word, rest in dockerfile_instructions(path):
+        if word == "ARG" and not current:
+            name, _, value = rest.partition("=")
+            args[name] = build_args.get(name, value)
+        elif word == "FROM":
+            image, _, name = rest.partition(" AS ")
+            current = name.strip() or image
+            bases[current] = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image.strip())
+            stages[current] = []
+        elif current:
+            stages[current].append((word, rest))
+    chain = [target]
+    while bases[chain[-1]] in stages:
+        chain.append(bases[chain[-1]])
+    config = ImageConfig(base=bases[chain[-1]])
+    for stage in reversed(chain):
+        for word, rest in stages[stage]:
+            if word == "ENTRYPOINT":
+                config.entrypoint, config.cmd = exec_form(rest), []
+            elif word == "CMD":
+                config.cmd = exec_form(rest)
+            elif word == "ENV":
+                for pair in shlex.split(rest):
+                    key, _, value = pair.partition("=")
+                    config.env[key] = value
+            elif word == "USER":
+                config.user = rest
+    return config
 
 
 def instr(path: Path, name: str) -> list[str]:
@@ -574,7 +627,11 @@ def test_azure_requirements_cover_pyproject() -> None:
 def test_server_dockerfile_entrypoint() -> None:
     df = DOCKERFILES["server"]
     assert instr(df, "FROM")[0].startswith("python:${PYTHON_VERSION}-slim")
-    assert exec_form(instr(df, "ENTRYPOINT")[-1]) == ["ov-serverless", "serve"]
+    entrypoint = exec_form(instr(df, "ENTRYPOINT")[-1])
+    assert entrypoint[:2] == ["ov-serverless", "serve"]
+    # In ENTRYPOINT, so the manifests' args (which replace CMD) keep both on all interfaces.
+    assert arg_value(entrypoint, "--rest_bind_address") == "0.0.0.0"
+    assert arg_value(entrypoint, "--grpc_bind_address") == "0.0.0.0"
     for cmd in map(exec_form, instr(df, "CMD")):
         assert int(arg_value(cmd, "--port")) == GRPC_PORT
         assert int(arg_value(cmd, "--rest_port")) == REST_PORT
