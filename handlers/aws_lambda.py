@@ -19,8 +19,10 @@ base64 with `isBase64Encoded: true`. The API Gateway stage is stripped from the 
 path still carries it; OVS_BASE_PATH is stripped by the core router.
 
 Warm state: the App (compiled models) is built at import, i.e. in the Lambda init phase, unless
-OVS_LAZY_LOAD is set (then on the first invocation). The first invocation of an instance prints
-one JSON line with the cold-start breakdown (`COLD_START` holds the same dict).
+OVS_LAZY_LOAD is set (then on the first invocation). When it cannot be built (no models
+configured, a malformed OVS_* value), the init still succeeds and every invocation answers 503
+with the reason (handlers.startup). Logs: JSON lines at OVS_LOG_LEVEL. The first invocation of
+an instance prints one JSON line with the cold-start breakdown (`COLD_START` holds the same dict).
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ from core.api import (  # noqa: E402
     make_request,
     reason_phrase,
 )
-from core.config import Settings  # noqa: E402
 from core.errors import InvalidInputError, PayloadTooLargeError, ServingError  # noqa: E402
+from handlers import startup  # noqa: E402
 
 Event = dict[str, Any]
 
@@ -227,12 +229,13 @@ def _strip_prefix(path: str, prefix: str) -> str:
 
 COLD_START: dict[str, Any] = {"import_s": time.perf_counter() - _IMPORT_STARTED}
 _started = time.perf_counter()
-SETTINGS = Settings.from_env()
+SETTINGS = startup.settings()
+startup.configure_logging(SETTINGS.log_level)
 COLD_START["config_s"] = time.perf_counter() - _started
 COLD_START["lazy_load"] = SETTINGS.lazy_load
 if not SETTINGS.lazy_load:
     _started = time.perf_counter()
-    default_app()  # compile in the init phase: the first request only infers
+    startup.preload()  # compile in the init phase: the first request only infers
     COLD_START["init_s"] = time.perf_counter() - _started
 _cold = True
 
@@ -242,7 +245,7 @@ def handler(event: Any, context: Any) -> Event:
     source = detect(event)
     started = time.perf_counter()
     try:
-        app = default_app()
+        app = startup.app()
     except ServingError as exc:
         return source.reply(event, error_response(exc))
     try:
