@@ -5,15 +5,20 @@ container's `args`), tests/handlers/netns_probe.py starts the command with the i
 the container's env, as the image's USER, in a private network namespace whose only
 non-loopback address is the pod IP; then the manifest's probes (and gRPC health) go to that IP.
 
+The server image's default command serves the demo repository its build writes: the build's
+own `ov-serverless demo-repo` line runs here, and the packages the image does not install
+(other platforms' runtimes) cannot be imported by the server.
+
 Simulated, not real: no image is built (the venv stands in for /opt/venv), the model
-repository path in the command (/models, /mnt/models or a bucket URL) is replaced by a local
-copy of the test repository, and OVS_CACHE_DIR by a scratch folder.
+repository path in the command (/opt/models, /models, /mnt/models or a bucket URL) is replaced
+by a local folder, and OVS_CACHE_DIR by a scratch folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +34,7 @@ from tests.test_infra import (
     DOCKERFILES,
     MANIFESTS,
     ImageConfig,
+    arg_value,
     containers,
     env_of,
     image_config,
@@ -57,6 +63,65 @@ def shared_repo(repo: Repo) -> Iterator[tuple[Path, Path]]:
         path.chmod(0o777 if path.is_dir() else 0o644)
     yield models / "config.json", cache
     shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def baked_demo(shared_repo: tuple[Path, Path]) -> Path:
+    """The demo repository written by the build's own command (RUN ... demo-repo DIR)."""
+    from tests.test_infra import instr
+
+    run = " ".join(instr(DOCKERFILES["server"], "RUN"))
+    written = re.search(r"(ov-serverless demo-repo) (\S+)", run)
+    assert written
+    out = shared_repo[0].parent.parent / "demo-models"
+    argv = [str(Path(sys.executable).parent / "ov-serverless"), "demo-repo", str(out)]
+    subprocess.run(argv, check=True, cwd=ROOT, capture_output=True, timeout=300,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for path in [out, *out.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return out / "config.json"
+
+
+@pytest.fixture(scope="module")
+def server_only(shared_repo: tuple[Path, Path]) -> Path:
+    """A sitecustomize that makes the packages outside the [server] extra unimportable, as
+    they are in the server image."""
+    from importlib.metadata import packages_distributions
+
+    from packaging.utils import canonicalize_name
+
+    sys.path.insert(0, str(ROOT / "infra"))
+    try:
+        import lock
+    finally:
+        sys.path.remove(str(ROOT / "infra"))
+    absent = set(lock.closure(lock.IMAGE_EXTRAS)) - set(lock.closure(("server",)))
+    blocked = sorted(module for module, dists in packages_distributions().items()
+                     if all(canonicalize_name(d) in absent for d in dists))
+    assert "awslambdaric" in blocked and "functions_framework" in blocked
+    folder = shared_repo[0].parent.parent / "server-only"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE.format(blocked=blocked))
+    folder.chmod(0o755)
+    (folder / "sitecustomize.py").chmod(0o644)
+    return folder
+
+
+SITECUSTOMIZE = """
+import sys
+
+ABSENT = set({blocked!r})
+
+
+class NotInTheImage:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ABSENT:
+            raise ImportError(f"{{name}} is not installed in the server image")
+        return None
+
+
+sys.meta_path.insert(0, NotInTheImage())
+"""
 
 
 def _map_paths(argv: list[str], config: Path) -> list[str]:
@@ -113,17 +178,22 @@ def assert_all_pass(result: dict[str, Any]) -> None:
     assert result["exit_code"] == 0, result["log"][-3000:]
 
 
-def test_server_image_default_command(shared_repo: tuple[Path, Path], tmp_path: Path) -> None:
-    """`docker run -p 8000:8000 -p 9000:9000 IMAGE`: the published ports reach the pod IP."""
-    config, cache = shared_repo
+def test_server_image_default_command(shared_repo: tuple[Path, Path], baked_demo: Path,
+                                      server_only: Path, tmp_path: Path) -> None:
+    """`docker run -p 8000:8000 -p 9000:9000 IMAGE`: the published ports reach the pod IP,
+    and the defaults (the baked demo repository) answer."""
+    _, cache = shared_repo
     image = image_config(DOCKERFILES["server"])
+    assert image.env["OVS_CONFIG_PATH"] == arg_value(image.cmd, "--config_path")
     healthcheck = _healthcheck_argv()
     probes = [{"kind": "http", "port": 8000, "path": "/v2/health/ready"},
               {"kind": "http", "port": 8000, "path": "/v2/health/live"},
               {"kind": "grpc", "port": 9000}, PREDICT,
               {"kind": "exec", "argv": healthcheck}]
-    result = run_in_namespace(_map_paths(image.argv, config), _env(image, {}, cache),
-                              _uid(image.user), probes, tmp_path)
+    env = _env(image, {}, cache) | {"OVS_CONFIG_PATH": str(baked_demo),
+                                     "PYTHONPATH": f"{server_only}:{ROOT}"}
+    result = run_in_namespace(_map_paths(image.argv, baked_demo), env, _uid(image.user),
+                              probes, tmp_path)
     assert_all_pass(result)
     assert json.loads(result["probes"][3]["body"]) == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}
 
