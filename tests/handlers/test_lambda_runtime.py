@@ -184,6 +184,9 @@ def test_every_sample_event_through_the_bootstrap(
     Function URL, ALB single and multi-value) carrying a health call, a TFS predict and a
     KServe binary infer, through the real bootstrap; shapes per source, numbers checked."""
     interpreter = sys.executable if python == "3.11" else _python312()
+    version = subprocess.run([interpreter, "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert version == f"({python.replace('.', ', ')})"
     binary, headers = kserve_binary(tensor)
     events = []
     for name in SAMPLES:
@@ -275,11 +278,10 @@ def _template_env() -> dict[str, str]:
     return env
 
 
-PY312 = Path("/tmp/i30-py312/bin/python")
-
-
 def _python312() -> str:
-    """A CPython 3.12 with the Lambda image's packages, when this machine has one."""
-    if not PY312.exists():
-        pytest.skip("no CPython 3.12 environment (see .ci)")
-    return str(PY312)
+    """The Lambda image's CPython 3.12 with its packages: OVS_LAMBDA_PYTHON, or the
+    environment infra/ci/lambda-python.sh makes."""
+    python = Path(os.environ.get("OVS_LAMBDA_PYTHON") or ROOT / ".ci" / "py312" / "bin" / "python")
+    if not python.exists():
+        pytest.skip("no CPython 3.12 environment: run infra/ci/lambda-python.sh")
+    return str(python)
