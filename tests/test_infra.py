@@ -843,3 +843,89 @@ def test_deploy_doc_references_existing_files() -> None:
         "BAKE_MODELS",
     ):
         assert cmd in text, cmd
+
+
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+
+
+def doc_sections() -> dict[str, str]:
+    text = DEPLOY_DOC.read_text()
+    parts = re.split(r"^## (.+)$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def shell_blocks(text: str) -> list[str]:
+    return re.findall(r"^\s*```bash\n(.*?)^\s*```", text, flags=re.M | re.S)
+
+
+def test_deploy_doc_commands_parse() -> None:
+    """Every bash block is valid shell as written (bash -n), indented ones included."""
+    blocks = shell_blocks(DEPLOY_DOC.read_text())
+    assert len(blocks) >= 8
+    for block in blocks:
+        code = "\n".join(line.strip() for line in block.splitlines())
+        proc = subprocess.run(["bash", "-n"], input=code, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{proc.stderr}\n{code}"
+
+
+def test_deploy_doc_names_real_parameters_and_placeholders() -> None:
+    text = DEPLOY_DOC.read_text()
+    params = set(load_template()["Parameters"])
+    for overrides in re.findall(r"--parameter-overrides ([^\n\\]+)", text):
+        for pair in overrides.split():
+            assert pair.split("=")[0] in params, pair
+    for name in re.findall(r"`(\w+)=[^`]*`", doc_sections()["AWS Lambda (SAM)"]):
+        if not name.startswith(("OVS_", "AWS_")):
+            assert name in params, name
+    defaults = {k: str(v.get("Default")) for k, v in load_template()["Parameters"].items()}
+    flat = " ".join(text.split())
+    for name in ("HttpApiThrottlingRateLimit", "HttpApiThrottlingBurstLimit", "LogRetentionDays"):
+        assert f"`{name}` ({defaults[name]})" in flat, name
+    assert f"`ReservedConcurrency` (default {defaults['ReservedConcurrency']})" in flat
+    # sed edits name placeholders that the files they edit really contain
+    flat = re.sub(r"\\\n\s*", "", text)
+    seds = re.findall(r"sed ((?:-e [\"'][^\"']*[\"'] )+)(infra/\S+)", flat)
+    assert len(seds) >= 3
+    for edits, path in seds:
+        for placeholder in re.findall(r"s#([\w./:-]+)#", edits):
+            assert placeholder in (ROOT / path).read_text(), (placeholder, path)
+
+
+def test_every_platform_says_what_is_public_and_has_a_smoke_test() -> None:
+    sections = doc_sections()
+    for title in ("AWS Lambda (SAM)", "Google Cloud Run", "Azure Functions",
+                  "Kubernetes (long-running gRPC + REST)", "KServe"):
+        body = sections[title]
+        assert "What is public" in body, title
+        assert any("/v2/health/ready" in block for block in shell_blocks(body)), title
+    overview = DEPLOY_DOC.read_text().split("## ", 1)[0]
+    assert "Public by default?" in overview and "limit" in overview
+
+
+def test_server_docker_run_examples_set_the_models() -> None:
+    """`docker run` of the server image: the image's default (the baked demo repository),
+    or an explicit --config_path next to the mounted folder."""
+    text = DEPLOY_DOC.read_text().replace("\\\n", " ")
+    runs = re.findall(r"docker run [^\n]*ov-serverless-server:1[^\n]*", text)
+    assert runs
+    for run in runs:
+        if "-v " in run:
+            assert "--config_path /models/config.json" in run, run
+
+
+def test_deploy_doc_demo_output_is_what_the_demo_answers(tmp_path: Path) -> None:
+    """The smoke test's documented reply, from the demo repository the images bake."""
+    text = DEPLOY_DOC.read_text()
+    documented = re.search(r"# (\{\"predictions\".*\})", text)
+    assert documented
+    exe = Path(sys.executable).parent / "ov-serverless"
+    subprocess.run([str(exe), "demo-repo", str(tmp_path / "demo")], check=True,
+                   capture_output=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [str(exe), "invoke", "POST", "/v1/models/scaler:predict", "--data",
+         '{"instances": [[1, 2, 3, 4]]}', "--config_path", str(tmp_path / "demo/config.json"),
+         "--log_level", "ERROR"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env={**os.environ, "OVS_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == json.loads(documented.group(1))
