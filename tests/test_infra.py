@@ -598,6 +598,50 @@ def test_kubernetes_validate(name: str) -> None:
         kv.validate(doc, kv.latest_version(), strict=True)
 
 
+CRDS = ROOT / "tests" / "crds"
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD schema as `kubectl apply` (field validation Strict, the default since 1.27)
+    applies it: an unknown field is an error unless the schema preserves unknown fields."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if ("properties" in out and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    return out
+
+
+def crd_errors(doc: dict[str, Any]) -> list[str]:
+    """Validate a custom resource against the vendored schema of its CRD (tests/crds)."""
+    import gzip
+
+    from jsonschema import Draft7Validator
+
+    for path in CRDS.glob("*.json.gz"):
+        crd = json.loads(gzip.decompress(path.read_bytes()))
+        if doc["apiVersion"] == f"{crd['group']}/{crd['version']}" and doc["kind"] == crd["kind"]:
+            validator = Draft7Validator(_strict(crd["openAPIV3Schema"]))
+            return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+                    for e in validator.iter_errors(doc)]
+    raise AssertionError(f"no vendored CRD schema for {doc['apiVersion']} {doc['kind']}")
+
+
+@pytest.mark.parametrize("name", ["cloudrun", "kserve"])
+def test_custom_resources_match_their_crd_schema(name: str) -> None:
+    """The Knative Service (Cloud Run) and the KServe InferenceServices against the published
+    CRD schemas; a misspelt field is caught as the API server would catch it."""
+    for doc in load_docs(MANIFESTS[name]):
+        assert crd_errors(doc) == [], doc["metadata"]["name"]
+    doc = load_docs(MANIFESTS[name])[0]
+    broken = json.loads(json.dumps(doc))
+    containers(broken)[0]["readinessProb"] = {"httpGet": {"path": READY}}
+    assert any("readinessProb" in e for e in crd_errors(broken))
+
+
 def test_kserve_inference_services() -> None:
     protocols = set()
     for isvc in load_docs(MANIFESTS["kserve"]):
