@@ -405,6 +405,16 @@ def test_http_api_public_with_none_throttled_and_optional(
     assert all(p["Principal"] == "*" for p in permissions(out["Resources"]))
 
 
+def test_logs_have_a_retention(monkeypatch: pytest.MonkeyPatch) -> None:
+    res = deployed(sam_transform(monkeypatch))["Resources"]
+    group = res["InferenceFunction"]["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    assert res[group]["Type"] == "AWS::Logs::LogGroup"
+    assert "LogGroupName" not in res[group]["Properties"]  # never clashes with Lambda's own
+    assert int(res[group]["Properties"]["RetentionInDays"]) > 0
+    access = res["HttpApiStage"]["Properties"]["AccessLogSettings"]["DestinationArn"]
+    assert res[access["Fn::GetAtt"][0]]["Properties"]["RetentionInDays"] == "30"
+
+
 def test_reserved_concurrency_caps_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     cfn = sam_transform(monkeypatch)
     fn = deployed(cfn)["Resources"]["InferenceFunction"]["Properties"]
