@@ -693,7 +693,8 @@ def test_lambda_dockerfile_entrypoint() -> None:
     both, awslambdaric as the entry point (what AWS's own base images run)."""
     image = image_config(DOCKERFILES["lambda"])
     assert GLIBC[image.base] >= OPENVINO_AARCH64_GLIBC, image.base
-    assert image.argv == ["python", "-m", "awslambdaric", "handlers.aws_lambda.handler"]
+    assert image.argv == ["/opt/venv/bin/python", "-m", "awslambdaric",
+                          "handlers.aws_lambda.handler"]
     assert any('"./[aws]"' in r for r in instr(DOCKERFILES["lambda"], "RUN"))
     assert "awslambdaric" in constraints()
     assert image.env["OVS_CACHE_DIR"] == "/tmp/ov-cache"

@@ -129,11 +129,11 @@ class Bootstrap:
 
 
 def _bootstrap_argv(python: str = sys.executable) -> list[str]:
-    """The Lambda image's ENTRYPOINT + CMD, with this interpreter for its `python`."""
+    """The Lambda image's ENTRYPOINT + CMD, with this interpreter for the image's venv."""
     from tests.test_infra import DOCKERFILES, image_config
 
     argv = image_config(DOCKERFILES["lambda"]).argv
-    assert argv[0] == "python"
+    assert argv[0] == "/opt/venv/bin/python"
     return [python, *argv[1:]]
 
 
