@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import azure.functions as func
 
-from core.api import error_response, make_request
+from core.api import Response, error_response, make_request
 from core.errors import ServerNotReadyError, ServingError
 from handlers import startup
 
@@ -41,6 +41,14 @@ if not SETTINGS.lazy_load and AUTH_ERROR is None:
     startup.preload()
 
 
+def _handle(req: func.HttpRequest, path: str, context: func.Context) -> Response:
+    if AUTH_ERROR is not None:
+        return error_response(AUTH_ERROR)
+    return startup.app().handle(make_request(
+        req.method, path, req.get_body(), dict(req.headers), dict(req.params),
+        context.invocation_id))
+
+
 @app.route(route="{*path}", methods=list(func.HttpMethod))
 def serve(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     if "path" in req.route_params:
@@ -48,11 +56,7 @@ def serve(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     else:
         path = urlsplit(req.url).path or "/"
     try:
-        if AUTH_ERROR is not None:
-            raise AUTH_ERROR
-        response = startup.app().handle(make_request(
-            req.method, path, req.get_body(), dict(req.headers), dict(req.params),
-            context.invocation_id))
+        response = _handle(req, path, context)
     except ServingError as exc:
         response = error_response(exc)
     content_type = response.headers.get("content-type", "application/octet-stream")
