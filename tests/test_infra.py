@@ -448,16 +448,28 @@ def _cfn_lint(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+PARAMETER_SETS = [
+    {},
+    {"FunctionUrlAuthType": "AWS_IAM"},
+    {"HttpApi": "Disabled", "ReservedConcurrency": "-1"},
+    {"ModelBucket": "my-models", "ModelPrefix": "models/resnet", "Architecture": "arm64"},
+]
+
+
+@pytest.mark.parametrize("overrides", PARAMETER_SETS, ids=lambda o: ",".join(o) or "defaults")
 def test_sam_translation_expands_to_valid_cloudformation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    overrides: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The transformed template lints clean, with the serverless rules where installed."""
+    """The transformed template, with each parameter set as its defaults, lints clean."""
     pytest.importorskip("cfnlint", reason="pip install cfn-lint")
     cfn = sam_transform(monkeypatch)
+    deployed(cfn, **overrides)  # the Rules accept the set
     res = cfn["Resources"]
     assert res["InferenceFunctionUrl"]["Type"] == "AWS::Lambda::Url"
     role = json.dumps(res["InferenceFunctionRole"]["Properties"])
     assert "s3:GetObject" in role and "s3:PutObject" not in role
+    for name, value in overrides.items():
+        cfn["Parameters"][name]["Default"] = value
 
     out = tmp_path / "transformed.json"
     out.write_text(json.dumps(cfn))
