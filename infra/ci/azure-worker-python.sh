@@ -5,9 +5,17 @@
 #   infra/ci/azure-worker-python.sh [PYTHON3.13]      -> .ci/py313/bin/python
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PY=${1:-$(command -v python3.13 || true)}
+# The interpreter: the argument, else a working python3.13 on PATH, else pyenv's newest 3.13.
+find_python() {
+  if [ -n "${1:-}" ]; then echo "$1"; return; fi
+  if python3.13 -c "" 2>/dev/null; then command -v python3.13; return; fi
+  if command -v pyenv >/dev/null; then
+    ls -d "$(pyenv root)"/versions/3.13.*/bin/python3.13 2>/dev/null | sort -V | tail -n 1
+  fi
+}
+PY=$(find_python "${1:-}")
 if [ -z "$PY" ]; then
-  echo "azure-worker-python.sh: no python3.13 on PATH; pass one as the first argument" >&2
+  echo "azure-worker-python.sh: no CPython 3.13 found; pass one as the first argument" >&2
   exit 1
 fi
 "$PY" -m venv --clear .ci/py313
