@@ -996,3 +996,10 @@ def test_deploy_doc_demo_output_is_what_the_demo_answers(tmp_path: Path) -> None
         env={**os.environ, "OVS_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == json.loads(documented.group(1))
+
+
+def test_deploy_doc_names_the_pinned_openvino() -> None:
+    """Which architecture gets which OpenVINO: the doc names the version the images pin."""
+    section = " ".join(doc_sections()["Images: versions and architectures"].split())
+    assert f"OpenVINO is pinned there ({constraints()['openvino']})" in section
+    assert "`x86_64` and `arm64`" in section
