@@ -13,14 +13,20 @@ A direct Invoke event is a small HTTP request: `{"path": "/v1/models/m:predict",
 "method": "POST", "headers": {...}, "body": "<text>" or a JSON value, "isBase64Encoded": false}`
 (method defaults to POST with a body, GET without).
 
+Size limits per source (the platform's, and OVS_MAX_REQUEST_BYTES for requests): an ALB target
+group passes at most 1 MB of request body and 1 MB of response JSON, the others 6 MB each way
+(Lambda's synchronous payload). A request over the limit is answered 413 naming the limit and
+the source; a reply over it becomes a 413 with that message instead of the platform's bare 502.
 Request bodies flagged `isBase64Encoded` are decoded (after the size check, so an oversized
 body is answered 413 without decoding it); binary responses (`Response.is_binary`) go back
 base64 with `isBase64Encoded: true`. The API Gateway stage is stripped from the path when the
 path still carries it; OVS_BASE_PATH is stripped by the core router.
 
 Warm state: the App (compiled models) is built at import, i.e. in the Lambda init phase, unless
-OVS_LAZY_LOAD is set (then on the first invocation). The first invocation of an instance prints
-one JSON line with the cold-start breakdown (`COLD_START` holds the same dict).
+OVS_LAZY_LOAD is set (then on the first invocation). When it cannot be built (no models
+configured, a malformed OVS_* value), the init still succeeds and every invocation answers 503
+with the reason (handlers.startup). Logs: JSON lines at OVS_LOG_LEVEL. The first invocation of
+an instance prints one JSON line with the cold-start breakdown (`COLD_START` holds the same dict).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ _IMPORT_STARTED = time.perf_counter()
 import base64  # noqa: E402
 import binascii  # noqa: E402
 import sys  # noqa: E402
-from dataclasses import replace  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 from typing import Any  # noqa: E402
 from urllib.parse import parse_qsl, unquote_plus  # noqa: E402
 
@@ -47,8 +53,8 @@ from core.api import (  # noqa: E402
     make_request,
     reason_phrase,
 )
-from core.config import Settings  # noqa: E402
 from core.errors import InvalidInputError, PayloadTooLargeError, ServingError  # noqa: E402
+from handlers import startup  # noqa: E402
 
 Event = dict[str, Any]
 
@@ -62,7 +68,20 @@ def _header_map(event: Event) -> dict[str, str]:
     return headers
 
 
-def _body(event: Event, limit: int) -> bytes:
+MB = 1024 * 1024
+LAMBDA_PAYLOAD = 6 * MB  # synchronous invoke: request and response payload
+ALB_PAYLOAD = 1 * MB  # ALB target group: request body, and response JSON
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A request body limit and the source it belongs to, for the 413's message."""
+
+    size: int
+    source: str
+
+
+def _body(event: Event, limit: Limit) -> bytes:
     text = event.get("body")
     if text is None:
         return b""
@@ -80,10 +99,11 @@ def _body(event: Event, limit: int) -> bytes:
     return text.encode()
 
 
-def _check_size(size: int, limit: int) -> None:
-    if size > limit:
+def _check_size(size: int, limit: Limit) -> None:
+    if size > limit.size:
         raise PayloadTooLargeError(
-            f"Request body of {size} bytes exceeds the limit of {limit} bytes"
+            f"Request body of {size} bytes exceeds the limit of {limit.size} bytes "
+            f"({limit.source})"
         )
 
 
@@ -96,11 +116,14 @@ def _reply_body(response: Response) -> tuple[str, bool]:
 class RestV1:
     """API Gateway REST API proxy integration (payload 1.0, also HTTP API payload 1.0)."""
 
+    label = "API Gateway REST API (payload 1.0), Lambda's 6 MB payload"
+    payload = LAMBDA_PAYLOAD
+
     @staticmethod
     def matches(event: Event) -> bool:
         return "httpMethod" in event
 
-    def request(self, event: Event, limit: int) -> Request:
+    def request(self, event: Event, limit: Limit) -> Request:
         return make_request(event["httpMethod"], self.path(event), _body(event, limit),
                             _header_map(event), self.query(event))
 
@@ -130,6 +153,9 @@ class RestV1:
 class Alb(RestV1):
     """ALB target group: query values arrive percent-encoded; headers single- or multi-value."""
 
+    label = "ALB target group, 1 MB"
+    payload = ALB_PAYLOAD
+
     @staticmethod
     def matches(event: Event) -> bool:
         return "elb" in (event.get("requestContext") or {})
@@ -155,11 +181,14 @@ class Alb(RestV1):
 class HttpV2:
     """HTTP API payload 2.0 and Lambda Function URLs."""
 
+    label = "HTTP API / Function URL (payload 2.0), Lambda's 6 MB payload"
+    payload = LAMBDA_PAYLOAD
+
     @staticmethod
     def matches(event: Event) -> bool:
         return event.get("version") == "2.0"
 
-    def request(self, event: Event, limit: int) -> Request:
+    def request(self, event: Event, limit: Limit) -> Request:
         context = event.get("requestContext") or {}
         headers = _header_map(event)
         if event.get("cookies"):
@@ -181,11 +210,14 @@ class HttpV2:
 class DirectInvoke:
     """`aws lambda invoke` with {"path", "method", "headers", "body", "isBase64Encoded"}."""
 
+    label = "direct Invoke, Lambda's 6 MB payload"
+    payload = LAMBDA_PAYLOAD
+
     @staticmethod
     def matches(event: Any) -> bool:
         return True
 
-    def request(self, event: Any, limit: int) -> Request:
+    def request(self, event: Any, limit: Limit) -> Request:
         if not isinstance(event, dict) or not isinstance(event.get("path"), str):
             raise InvalidInputError(
                 'A direct Invoke event must be {"path": "/v1/models/NAME:predict", '
@@ -227,12 +259,13 @@ def _strip_prefix(path: str, prefix: str) -> str:
 
 COLD_START: dict[str, Any] = {"import_s": time.perf_counter() - _IMPORT_STARTED}
 _started = time.perf_counter()
-SETTINGS = Settings.from_env()
+SETTINGS = startup.settings()
+startup.configure_logging(SETTINGS.log_level)
 COLD_START["config_s"] = time.perf_counter() - _started
 COLD_START["lazy_load"] = SETTINGS.lazy_load
 if not SETTINGS.lazy_load:
     _started = time.perf_counter()
-    default_app()  # compile in the init phase: the first request only infers
+    startup.preload()  # compile in the init phase: the first request only infers
     COLD_START["init_s"] = time.perf_counter() - _started
 _cold = True
 
@@ -242,20 +275,33 @@ def handler(event: Any, context: Any) -> Event:
     source = detect(event)
     started = time.perf_counter()
     try:
-        app = default_app()
+        app = startup.app()
     except ServingError as exc:
         return source.reply(event, error_response(exc))
+    headers = _header_map(event) if isinstance(event, dict) else {}
     try:
-        request = source.request(event, app.settings.max_request_bytes)
+        request = source.request(event, _request_limit(source, app.settings.max_request_bytes))
         rid = str(getattr(context, "aws_request_id", "") or "")
         response = app.handle(replace(request, request_id=rid))
     except ServingError as exc:  # an event that is no request (a body over the limit)
-        headers = _header_map(event) if isinstance(event, dict) else {}
         response = app.finish(error_response(exc), headers)
     if _cold:
         _cold = False
         _log_cold_start(context, time.perf_counter() - started)
-    return source.reply(event, response)
+    reply = source.reply(event, response)
+    size = len(orjson.dumps(reply))
+    if size > source.payload:  # the platform would drop it for a bare 502
+        too_large = PayloadTooLargeError(
+            f"Response of {size} bytes exceeds the limit of {source.payload} bytes "
+            f"({source.label}): ask for fewer or smaller outputs, or a smaller batch")
+        reply = source.reply(event, app.finish(error_response(too_large), headers))
+    return reply
+
+
+def _request_limit(source: Source, configured: int) -> Limit:
+    if configured < source.payload:
+        return Limit(configured, f"OVS_MAX_REQUEST_BYTES, {source.label}")
+    return Limit(source.payload, source.label)
 
 
 def _log_cold_start(context: Any, first_request_s: float) -> None:

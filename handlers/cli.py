@@ -42,6 +42,7 @@ BOOL: dict[str, Any] = {"metavar": "true|false", "nargs": "?", "const": "true"} 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(_explicit_bools(sys.argv[1:] if argv is None else argv))
     try:
+        args.log_level = _log_level(args.log_level)
         logs.configure(args.log_level, args.log_path)
     except OSError as exc:
         print(f"ov-serverless: cannot open log_path {args.log_path}: {exc.strerror or exc}",
@@ -62,6 +63,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # a usage mistake: the message, as OVMS prints it, no traceback
         print(f"ov-serverless: {exc}", file=sys.stderr)
         return EX_USAGE
+
+
+def _log_level(flag: str | None) -> str:
+    """--log_level, else OVS_LOG_LEVEL (an unknown value: INFO, with a warning), else INFO."""
+    if flag:
+        return flag
+    env = os.environ.get("OVS_LOG_LEVEL", "").strip().upper()
+    if env and env not in logs.LEVELS:
+        print(f"ov-serverless: OVS_LOG_LEVEL {env!r} is not one of {', '.join(logs.LEVELS)}: "
+              "INFO", file=sys.stderr)
+    return env if env in logs.LEVELS else "INFO"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,8 +124,8 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo-repo", help="write the demo model repository to PATH")
     demo.add_argument("path")
     for child in (serve, invoke, export, demo):
-        child.add_argument("--log_level", default="INFO",
-                           choices=logs.LEVELS, type=str.upper)
+        child.add_argument("--log_level", default=None, choices=logs.LEVELS, type=str.upper,
+                           help="default: OVS_LOG_LEVEL, else INFO")
         child.add_argument("--log_path", default="", help="also write the log to this file")
     serve.add_argument("--version", action=_Version, help="print the versions and exit")
     return parser

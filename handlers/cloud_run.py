@@ -8,7 +8,9 @@ the raw request to the core router. The App (compiled models) is built in the wo
 after the fork, in the background; a request that comes first waits for it. Built before the
 fork, OpenVINO's threads would stay behind in the arbiter: a THROUGHPUT model then hangs in the
 worker and a LATENCY one runs on a single core. Without a fork (a test client) the first request
-builds it.
+builds it. When it cannot be built (no models configured, a malformed OVS_* value), the
+server still starts and every request answers 503 with the reason (handlers.startup). Logs:
+JSON lines at OVS_LOG_LEVEL.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ import threading
 import flask
 import functions_framework
 
-from core.api import Response, default_app, error_response, make_request
-from core.config import Settings
+from core.api import Response, error_response, make_request
 from core.errors import PayloadTooLargeError, ServingError
+from handlers import startup
 
 log = logging.getLogger("ov_serverless.cloud_run")
-Settings.from_env()  # a malformed OVS_* value stops the start here, before gunicorn forks
+startup.configure_logging(startup.settings().log_level)
 
 
 def _no_control_socket() -> None:
@@ -62,8 +64,8 @@ def _load_in_background() -> None:
 
 def _load() -> None:
     try:
-        default_app()
-    except Exception:  # each request retries and answers with the error
+        startup.preload()  # a ServingError is logged; each request retries and answers it
+    except Exception:
         log.exception("Loading the models failed")
 
 
@@ -73,7 +75,7 @@ os.register_at_fork(before=_before_fork, after_in_child=_load_in_background)
 @functions_framework.http
 def predict(request: flask.Request) -> tuple[bytes, int, dict[str, str]]:
     try:
-        app = default_app()
+        app = startup.app()
     except ServingError as exc:
         return _reply(error_response(exc))
     limit = app.settings.max_request_bytes

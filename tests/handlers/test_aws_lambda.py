@@ -87,13 +87,14 @@ def test_detection_and_request_translation(aws: ModuleType) -> None:
     for name, cls in expected.items():
         assert type(aws.detect(load_event(name))) is cls
     v1 = load_event("powertools/apiGatewayProxyEvent")
-    request = aws.RestV1().request(v1, 1 << 20)
+    request = aws.RestV1().request(v1, aws.Limit(1 << 20, "test"))
     assert request.headers["header2"] == "value1,value2"  # from multiValueHeaders
     assert request.query == {"parameter1": "value2", "parameter2": "value"}
     alb = load_event("powertools/albMultiValueQueryStringEvent")
     alb["multiValueQueryStringParameters"]["q"] = ["a%20b%2Fc"]  # ALB does not decode
-    assert aws.Alb().request(alb, 1 << 20).query["q"] == "a b/c"
-    v2 = aws.HttpV2().request(load_event("powertools/apiGatewayProxyV2Event"), 1 << 20)
+    assert aws.Alb().request(alb, aws.Limit(1 << 20, "test")).query["q"] == "a b/c"
+    v2 = aws.HttpV2().request(load_event("powertools/apiGatewayProxyV2Event"),
+                             aws.Limit(1 << 20, "test"))
     assert v2.query == {"parameter1": "value2", "parameter2": "value"}
     assert v2.headers["cookie"] == "cookie1; cookie2"
 
@@ -159,7 +160,46 @@ def test_oversized_body_is_413_before_decoding(serving_env: pytest.MonkeyPatch) 
             reply = invoke(aws, event)
             assert reply["statusCode"] == 413
             message = orjson.loads(reply_body(reply))["error"]
-            assert f"exceeds the limit of {limit} bytes" in message
+            wanted = min(limit, aws.ALB_PAYLOAD) if "alb" in name else limit
+            assert f"exceeds the limit of {wanted} bytes" in message
+
+
+def _rows(count: int) -> bytes:
+    """A scaler TFS request of `count` rows: 10 bytes a row in, 18 bytes a row out."""
+    return b'{"instances": [' + b",".join([b"[1,2,3,4]"] * count) + b"]}"
+
+
+@pytest.mark.parametrize("name", ALB + ALB_MULTI)
+def test_alb_request_over_1_mb_is_413_naming_the_alb(aws: ModuleType, name: str) -> None:
+    body = _rows(150_000)  # 1.5 MB: fine through the 6 MB sources, too large for an ALB
+    assert aws.ALB_PAYLOAD < len(body) < aws.SETTINGS.max_request_bytes
+    reply = invoke(aws, load_event(name, "/v1/models/scaler:predict", body, method="POST"))
+    assert reply["statusCode"] == 413
+    message = orjson.loads(reply_body(reply))["error"]
+    assert f"limit of {aws.ALB_PAYLOAD} bytes" in message and "ALB" in message
+    reply = invoke(aws, load_event(HTTP_V2[0], "/v1/models/scaler:predict", body, method="POST"))
+    assert reply["statusCode"] == 200
+
+
+def test_reply_over_the_source_limit_is_a_clear_413(aws: ModuleType) -> None:
+    """900 KB in, 1.6 MB out: the ALB would turn that reply into a bare 502."""
+    body = _rows(90_000)
+    assert len(body) < aws.ALB_PAYLOAD
+    reply = invoke(aws, load_event(ALB[0], "/v1/models/scaler:predict", body, method="POST"))
+    assert reply["statusCode"] == 413 and len(json.dumps(reply)) < 1000
+    message = orjson.loads(reply_body(reply))["error"]
+    assert message.startswith("Response of ") and f"limit of {aws.ALB_PAYLOAD} bytes" in message
+    assert "ALB" in message
+    reply = invoke(aws, load_event(FUNCTION_URL[0], "/v1/models/scaler:predict", body,
+                                   method="POST"))
+    assert reply["statusCode"] == 200 and len(json.dumps(reply)) > aws.ALB_PAYLOAD
+
+    big = _rows(400_000)  # 4 MB in, 7.2 MB out: over Lambda's 6 MB response payload
+    reply = invoke(aws, load_event(FUNCTION_URL[0], "/v1/models/scaler:predict", big,
+                                   method="POST"))
+    assert reply["statusCode"] == 413
+    message = orjson.loads(reply_body(reply))["error"]
+    assert f"limit of {aws.LAMBDA_PAYLOAD} bytes" in message and "Function URL" in message
 
 
 def test_bad_base64_and_unknown_route(aws: ModuleType) -> None:

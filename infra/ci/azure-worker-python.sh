@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# A CPython 3.13 environment with the Azure Functions Python worker library
+# (azure-functions-runtime, the worker for Python >= 3.13, which needs azure-functions 2.x)
+# and the serving packages at the image's pins, for tests/handlers/test_azure_worker.py:
+#   infra/ci/azure-worker-python.sh [PYTHON3.13]      -> .ci/py313/bin/python
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# The interpreter: the argument, else a working python3.13 on PATH, else pyenv's newest 3.13.
+find_python() {
+  if [ -n "${1:-}" ]; then echo "$1"; return; fi
+  if python3.13 -c "" 2>/dev/null; then command -v python3.13; return; fi
+  if command -v pyenv >/dev/null; then
+    ls -d "$(pyenv root)"/versions/3.13.*/bin/python3.13 2>/dev/null | sort -V | tail -n 1
+  fi
+}
+PY=$(find_python "${1:-}")
+if [ -z "$PY" ]; then
+  echo "azure-worker-python.sh: no CPython 3.13 found; pass one as the first argument" >&2
+  exit 1
+fi
+"$PY" -m venv --clear .ci/py313
+pin() { grep -E "^$1==" infra/constraints.txt; }
+.ci/py313/bin/pip install --quiet --disable-pip-version-check --only-binary=openvino \
+  azure-functions-runtime "$(pin openvino)" "$(pin numpy)" "$(pin pillow)" "$(pin orjson)" \
+  "$(pin pysimdjson)" "$(pin azure-storage-blob)" "$(pin azure-identity)"
+.ci/py313/bin/python -c "import sys, azure_functions_runtime, azure.functions as f; print(sys.version.split()[0], f.__version__)"
