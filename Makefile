@@ -9,10 +9,10 @@ SERVE_DIR ?= $(HOME)/.cache/ov-serverless/serve
 
 .PHONY: setup serve test lint bench protos
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml infra/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	$(PY) -m pip install -q -c infra/constraints.txt -e '.[$(EXTRAS)]'  # the images' pins
 	$(PY) -m pip install -q --no-deps rapidocr-onnxruntime==1.4.4  # OCR models (files only)
 	touch $@
 

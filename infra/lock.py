@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "infra" / "constraints.txt"
 PROJECT = "ov-serverless"
-IMAGE_EXTRAS = ("aws", "gcp", "azure", "server")
+IMAGE_EXTRAS = ("aws", "gcp", "azure", "server", "text")
 # The images run CPython 3.12 on Linux: markers are evaluated for it, not for this venv.
 TARGET = default_environment() | {"python_version": "3.12", "python_full_version": "3.12.0",
                                   "sys_platform": "linux", "platform_system": "Linux",
