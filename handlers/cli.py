@@ -1,4 +1,4 @@
-"""`ov-serverless` command line: serve | invoke | export-blobs | demo-repo.
+"""`ov-serverless` command line: serve | invoke | export-blobs | demo-repo | package.
 
 Flags follow OVMS (`--config_path`, `--model_name`, `--model_path`, `--port`, `--rest_port`,
 ...). With no model flags and no OVS_* env, `serve` builds and serves the bundled demo model.
@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ov-serverless: cannot open log_path {args.log_path}: {exc.strerror or exc}",
               file=sys.stderr)
         return EX_USAGE
+    if args.command == "package":
+        from handlers.package import main as package
+
+        return package(args)
     if args.command == "demo-repo":
         from demo.models import write_demo_repository
 
@@ -94,11 +98,19 @@ def _parser() -> argparse.ArgumentParser:
                              "OVS_CONCURRENT=1); default: OVS_CONCURRENT, 0 for Lambda")
     demo = sub.add_parser("demo-repo", help="write the demo model repository to PATH")
     demo.add_argument("path")
-    for child in (serve, invoke, export, demo):
+    package = sub.add_parser("package", help="build a deployment package: lambda-zip OUT.zip")
+    _package_flags(package)
+    for child in (serve, invoke, export, demo, package):
         child.add_argument("--log_level", default="INFO",
                            choices=logs.LEVELS, type=str.upper)
         child.add_argument("--log_path", default="", help="also write the log to this file")
     return parser
+
+
+def _package_flags(parser: argparse.ArgumentParser) -> None:
+    from handlers.package import add_arguments
+
+    add_arguments(parser)
 
 
 def _model_flags(parser: argparse.ArgumentParser) -> None:
