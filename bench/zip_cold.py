@@ -17,11 +17,9 @@ Rows, each a fresh process timed from Popen to the first 200 (median of ROUNDS):
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import queue
-import shutil
 import statistics
 import subprocess
 import sys
@@ -60,6 +58,9 @@ class RuntimeApi(ThreadingHTTPServer):
         self.restore = threading.Event()  # set: /restore/next answers (the restore happens)
         self.restore_asked = threading.Event()
         self.results: queue.Queue[tuple[float, int]] = queue.Queue()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a runtime killed at the end of its run resets its connection: expected
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -196,15 +197,10 @@ def main(rounds: int = 5) -> None:
 
 
 def package_python() -> str:
-    """A CPython 3.12 (the package's), from PATH or pyenv."""
-    found = [shutil.which("python3.12"), *sorted(glob.glob(os.path.expanduser(
-        "~/.pyenv/versions/3.12.*/bin/python3.12")))]
-    for candidate in filter(None, found):
-        done = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
-                              capture_output=True, text=True, check=False)
-        if done.returncode == 0 and done.stdout.strip() == "(3, 12)":
-            return candidate
-    raise SystemExit("bench.zip_cold needs a CPython 3.12 (the package's version)")
+    python = package.find_python("3.12")
+    if python is None:
+        raise SystemExit("bench.zip_cold needs a CPython 3.12 (the package's version)")
+    return python
 
 
 if __name__ == "__main__":

@@ -10,8 +10,12 @@ The build, in order:
   4. prune what Lambda never uses: OpenVINO's GPU/NPU plugins (and the GPU kernel cache), the
      frontends the baked models do not need, headers, CMake/pkg-config files, type stubs, tests,
      `__pycache__`;
-  5. refuse a result over Lambda's unzipped limit, listing its biggest items;
-  6. write a deterministic zip: sorted entries, a fixed timestamp, modes 0644/0755 only.
+  5. byte-compile every module with a CPython of the target version when this machine has one
+     (Lambda's /var/task is read-only: without .pyc files each cold start compiles every module
+     it imports); hash-based .pyc files that name /var/task paths, so the bytes do not depend
+     on when or where the build ran;
+  6. refuse a result over Lambda's unzipped limit, listing its biggest items;
+  7. write a deterministic zip: sorted entries, a fixed timestamp, modes 0644/0755 only.
 
 The managed runtime supplies awslambdaric and snapshot-restore-py: they are not packaged.
 """
@@ -39,6 +43,7 @@ PYTHONS = ("3.12", "3.13")  # the runtimes with SnapStart
 PROJECT_PACKAGES = ("core", "handlers", "demo")  # protos only serve gRPC, which Lambda has not
 RUNTIME_PROVIDED = {"awslambdaric", "snapshot-restore-py"}  # in the managed runtime already
 REPOSITORY_FOLDER = "model_repository"  # baked repository, under the task root
+TASK_ROOT = "/var/task"  # LAMBDA_TASK_ROOT: where Lambda unzips the package
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
 # the frontend each model file needs; IR (.xml) is read by libopenvino_ir_frontend
 FRONTENDS = {".xml": "ir", ".onnx": "onnx", ".tflite": "tensorflow_lite",
@@ -88,6 +93,7 @@ class Report:
     wheels: list[str] = field(default_factory=list)
     frontends: tuple[str, ...] = ()
     environment: dict[str, str] = field(default_factory=dict)
+    bytecode: str = ""  # the interpreter that compiled the .pyc files, "" when none did
 
     def lines(self) -> list[str]:
         pruned = sum(size for _, size in self.pruned)
@@ -97,6 +103,9 @@ class Report:
                  f"({_mib(self.zipped_bytes)})",
                  f"wheels: {', '.join(self.wheels)}",
                  f"OpenVINO frontends kept: {', '.join(self.frontends)}",
+                 f"bytecode: compiled by {self.bytecode}" if self.bytecode else
+                 "bytecode: none (no CPython of the target version here): each cold start "
+                 "compiles the modules it imports",
                  f"pruned {len(self.pruned)} items, {pruned:,} bytes ({_mib(pruned)}):"]
         lines += [f"  {path}  {_mib(size)}" for path, size in _biggest(self.pruned, 12)]
         if len(self.pruned) > 12:
@@ -116,6 +125,7 @@ class Options:
     extras: tuple[str, ...] = ()
     frontends: tuple[str, ...] = ()  # empty: those the baked models need (all when none baked)
     allow_older_openvino: bool = False
+    bytecode: bool = True  # compile .pyc files when a CPython of the target version is here
     wheel_cache: Path | None = None  # default: <pip cache dir>/ov-serverless-lambda
 
 
@@ -136,6 +146,8 @@ def build(out: Path, options: Options) -> Report:
         report.environment = bake(options, staging)
         report.frontends = frontends_needed(options, staging)
         report.pruned = prune(staging, report.frontends)
+        if options.bytecode:
+            report.bytecode = compile_bytecode(staging, target)
         report.unzipped_bytes = check_size(staging)
         out.parent.mkdir(parents=True, exist_ok=True)
         write_zip(staging, out)
@@ -270,7 +282,7 @@ def copy_project(staging: Path) -> None:
 
 def bake(options: Options, staging: Path) -> dict[str, str]:
     """Copy the repository under the task root; -> the env the function needs to serve it."""
-    task_root = "/var/task"  # LAMBDA_TASK_ROOT
+    task_root = TASK_ROOT
     dest = staging / REPOSITORY_FOLDER
     if options.config_path is not None and options.model_path is not None:
         raise PackageError("give --config_path or --model_path, not both")
@@ -332,6 +344,39 @@ def _reads_buckets(options: Options) -> bool:
     if options.config_path is None:
         return False
     return "://" in options.config_path.read_text()
+
+
+# -- bytecode ------------------------------------------------------------------------------------
+
+_PRINT_VERSION = "import sys; print('%d.%d' % sys.version_info[:2])"
+
+
+def find_python(version: str) -> str | None:
+    """A CPython of `version` here (PATH, then pyenv's versions), or None."""
+    import glob
+
+    found = [shutil.which(f"python{version}"), *sorted(glob.glob(os.path.expanduser(
+        f"~/.pyenv/versions/{version}.*/bin/python{version}")), reverse=True)]
+    for candidate in filter(None, found):
+        done = subprocess.run([candidate, "-c", _PRINT_VERSION], capture_output=True,
+                              text=True, check=False)
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return candidate
+    return None
+
+
+def compile_bytecode(staging: Path, target: Target) -> str:
+    """.pyc files for the target CPython; -> its version line, "" when none is here."""
+    python = find_python(target.python)
+    if python is None:
+        return ""
+    done = subprocess.run([python, "-m", "compileall", "-q", "-q", "--invalidation-mode",
+                           "unchecked-hash", "-s", str(staging), "-p", TASK_ROOT, str(staging)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise PackageError(f"compiling the modules with {python} failed:\n"
+                           f"{(done.stdout + done.stderr)[-2000:]}")
+    return f"CPython {target.python}"
 
 
 # -- prune, measure, zip -------------------------------------------------------------------------

@@ -5,10 +5,8 @@ version and nothing else on its path."""
 
 from __future__ import annotations
 
-import glob
 import os
 import queue
-import shutil
 import subprocess
 import sys
 import threading
@@ -27,25 +25,10 @@ from tests.handlers.conftest import Call, load_event, outputs, reply_body, reply
 from tests.handlers.test_lambda_runtime import PREFIX, RuntimeApi, _Handler
 
 FORBIDDEN = ("libopenvino_intel_gpu_plugin", "libopenvino_intel_npu_plugin",
-             "libopenvino_onnx_frontend", "/__pycache__/", "/tests/", "/include/")
+             "libopenvino_onnx_frontend", "/tests/", "/include/", ".cpython-311.pyc")
 
 
-def _python(version: str) -> str | None:
-    """A CPython of `version` on this machine (PATH, then pyenv's versions), or None."""
-    found = shutil.which(f"python{version}")
-    candidates = [found] if found else []
-    candidates += sorted(glob.glob(os.path.expanduser(
-        f"~/.pyenv/versions/{version}.*/bin/python{version}")), reverse=True)
-    for candidate in candidates:
-        done = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
-                              capture_output=True, text=True, check=False)
-        if done.returncode == 0 and done.stdout.strip() == str(
-                tuple(int(p) for p in version.split("."))):
-            return candidate
-    return None
-
-
-PYTHON312 = _python("3.12")
+PYTHON312 = package.find_python("3.12")
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +60,15 @@ def test_zip_for_python312_fits_with_room_and_holds_what_lambda_runs(
     assert any(n.startswith("openvino/libs/libopenvino_ir_frontend.so") for n in names)
     assert "handlers/aws_lambda.py" in names and "handlers/snapstart.py" in names
     assert "model_repository/config.json" in names
+    if PYTHON312:  # byte-compiled for 3.12 with paths under /var/task, no timestamps
+        pyc = "handlers/__pycache__/aws_lambda.cpython-312.pyc"
+        assert pyc in names and report.bytecode == "CPython 3.12"
+        with zipfile.ZipFile(out) as archive:
+            data = archive.read(pyc)
+        assert int.from_bytes(data[4:8], "little") == 0b01  # hash-based, unchecked
+        assert b"/var/task/handlers/aws_lambda.py" in data
+    else:
+        assert not [n for n in names if n.endswith(".pyc")] and report.bytecode == ""
     assert not any(n.startswith(("awslambdaric/", "snapshot_restore_py")) for n in names)
     pruned = dict(report.pruned)
     assert pruned["openvino/libs/libopenvino_intel_gpu_plugin.so"] > 20 << 20
