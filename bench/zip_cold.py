@@ -4,6 +4,7 @@ openvino script; and what a SnapStart restore still runs here (the after-restore
 Rows, each a fresh process timed from Popen to the first 200 (median of ROUNDS):
   zip           the unzipped package under the real awslambdaric bootstrap (CPython 3.12 from
                 the package's own folder, no bytecode written: /var/task is read-only on Lambda)
+  zip, no .pyc  the same without the package's .pyc files: every import compiles its module
   container     the repository's handler under the same bootstrap, from this checkout and venv
                 (what the container image runs)
   minimal       import openvino, read + compile the model, one inference, from the package folder
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +39,7 @@ from demo.models import write_demo_repository
 from handlers import package
 
 PREFIX = "/2018-06-01/runtime"
+ROWS = ("zip", "zip, no .pyc", "container", "minimal", "restore")
 PREDICT = {"path": "/v1/models/classifier:predict", "method": "POST",
            "body": {"instances": [[[[0.5] * 224] * 224] * 3]}}
 MINIMAL = """
@@ -109,6 +112,7 @@ def prepare(work: Path) -> tuple[Path, Path, Path, package.Report]:
     wheels = package.download(package.resolve([f"awslambdaric=={version('awslambdaric')}"],
                                               target), target, package.default_wheel_cache(target))
     package.install(wheels, target, runtime)
+    package.compile_bytecode(runtime, target, "/var/runtime")  # the managed runtime has them
     return task, runtime, config, report
 
 
@@ -170,12 +174,15 @@ def main(rounds: int = 5) -> None:
         baked = task / package.REPOSITORY_FOLDER / "config.json"
         api = RuntimeApi()
         threading.Thread(target=api.serve_forever, daemon=True).start()
-        rows: dict[str, list[dict[str, float]]] = {k: [] for k in
-                                                    ("zip", "container", "minimal", "restore")}
+        bare = work / "task-no-pyc"
+        shutil.copytree(task, bare, ignore=shutil.ignore_patterns("__pycache__"))
+        rows: dict[str, list[dict[str, float]]] = {k: [] for k in ROWS}
         for n in range(rounds):  # interleaved, so a slow minute hits every row alike
             zip_env = lambda_env(api, f"{task}:{runtime}", baked, work / f"c{n}") | {
                 "PYTHONDONTWRITEBYTECODE": "1"}
             rows["zip"].append(cold(python, task, zip_env, api))
+            rows["zip, no .pyc"].append(cold(python, bare, zip_env | {
+                "PYTHONPATH": f"{bare}:{runtime}"}, api))
             rows["container"].append(cold(sys.executable, REPO, lambda_env(
                 api, str(REPO), config, work / f"d{n}"), api))
             rows["minimal"].append(minimal(python, task, task / package.REPOSITORY_FOLDER
@@ -187,10 +194,10 @@ def main(rounds: int = 5) -> None:
                          "zipped_bytes": report.zipped_bytes, "pruned_items": len(report.pruned)}
     path = save("zip_cold", result)
     base = result["minimal"]["first_200_s"]
-    for name in ("zip", "container", "minimal", "restore"):
+    for name in ROWS:
         row = result[name]
         extra = "".join(f"  {k} {v * 1000:.1f} ms" for k, v in row.items() if k != "first_200_s")
-        print(f"{name:10s} {row['first_200_s'] * 1000:8.1f} ms  "
+        print(f"{name:13s} {row['first_200_s'] * 1000:8.1f} ms  "
               f"{row['first_200_s'] / base:5.2f}x minimal{extra}")
     print(f"package: {report.unzipped_bytes:,} bytes unzipped, {report.zipped_bytes:,} zipped; "
           f"saved {path.relative_to(REPO)}")

@@ -365,13 +365,14 @@ def find_python(version: str) -> str | None:
     return None
 
 
-def compile_bytecode(staging: Path, target: Target) -> str:
-    """.pyc files for the target CPython; -> its version line, "" when none is here."""
+def compile_bytecode(staging: Path, target: Target, root: str = TASK_ROOT) -> str:
+    """.pyc files for the target CPython, naming sources under `root` (where Lambda puts
+    the folder); -> what compiled them, "" when no such CPython is here."""
     python = find_python(target.python)
     if python is None:
         return ""
     done = subprocess.run([python, "-m", "compileall", "-q", "-q", "--invalidation-mode",
-                           "unchecked-hash", "-s", str(staging), "-p", TASK_ROOT, str(staging)],
+                           "unchecked-hash", "-s", str(staging), "-p", root, str(staging)],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise PackageError(f"compiling the modules with {python} failed:\n"
