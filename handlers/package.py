@@ -131,9 +131,8 @@ class Options:
 
 def build(out: Path, options: Options) -> Report:
     """Build the zip at `out` and say what went in and what was pruned."""
+    check_inputs(options)  # before any download: a mistake fails in a second
     target = options.target
-    if target.arch not in ARCHES:
-        raise PackageError(f"--arch must be one of {', '.join(ARCHES)}, not {target.arch!r}")
     requirements = project_requirements(options.extras)
     resolved = resolve(requirements, target)
     _check_openvino(resolved, requirements, target, options.allow_older_openvino)
@@ -280,26 +279,36 @@ def copy_project(staging: Path) -> None:
 
 # -- the model repository ------------------------------------------------------------------------
 
-def bake(options: Options, staging: Path) -> dict[str, str]:
-    """Copy the repository under the task root; -> the env the function needs to serve it."""
-    task_root = TASK_ROOT
-    dest = staging / REPOSITORY_FOLDER
+def check_inputs(options: Options) -> None:
+    if options.target.arch not in ARCHES:
+        raise PackageError(f"--arch must be one of {', '.join(ARCHES)}, "
+                           f"not {options.target.arch!r}")
+    unknown = set(options.frontends) - set(ALL_FRONTENDS)
+    if unknown:
+        raise PackageError(f"unknown frontend {', '.join(sorted(unknown))}; the frontends "
+                           f"are: {', '.join(ALL_FRONTENDS)}")
     if options.config_path is not None and options.model_path is not None:
         raise PackageError("give --config_path or --model_path, not both")
     if options.config_path is not None:
+        if not options.config_path.is_file():
+            raise PackageError(f"--config_path {options.config_path}: no such file")
+        _check_relative(options.config_path)
+    if options.model_path is not None and not options.model_path.is_dir():
+        raise PackageError(f"--model_path {options.model_path}: no such folder")
+    project_requirements(options.extras)  # an unknown extra
+
+
+def bake(options: Options, staging: Path) -> dict[str, str]:
+    """Copy the repository under the task root; -> the env the function needs to serve it."""
+    dest = staging / REPOSITORY_FOLDER
+    if options.config_path is not None:
         config = options.config_path
-        if not config.is_file():
-            raise PackageError(f"--config_path {config}: no such file")
-        _check_relative(config)
         shutil.copytree(config.parent, dest, ignore=_repository_ignore)
-        return {"OVS_CONFIG_PATH": f"{task_root}/{REPOSITORY_FOLDER}/{config.name}"}
+        return {"OVS_CONFIG_PATH": f"{TASK_ROOT}/{REPOSITORY_FOLDER}/{config.name}"}
     if options.model_path is not None:
-        model = options.model_path
-        if not model.is_dir():
-            raise PackageError(f"--model_path {model}: no such folder")
-        name = options.model_name or model.name
-        shutil.copytree(model, dest / name, ignore=_repository_ignore)
-        return {"OVS_MODEL_PATH": f"{task_root}/{REPOSITORY_FOLDER}/{name}",
+        name = options.model_name or options.model_path.name
+        shutil.copytree(options.model_path, dest / name, ignore=_repository_ignore)
+        return {"OVS_MODEL_PATH": f"{TASK_ROOT}/{REPOSITORY_FOLDER}/{name}",
                 "OVS_MODEL_NAME": name}
     return {}
 
@@ -327,10 +336,6 @@ def _check_relative(config: Path) -> None:
 
 def frontends_needed(options: Options, staging: Path) -> tuple[str, ...]:
     if options.frontends:
-        unknown = set(options.frontends) - set(ALL_FRONTENDS)
-        if unknown:
-            raise PackageError(f"unknown frontend {', '.join(sorted(unknown))}; the frontends "
-                               f"are: {', '.join(ALL_FRONTENDS)}")
         return tuple(sorted({*options.frontends, "ir"}))
     repository = staging / REPOSITORY_FOLDER
     if not repository.is_dir() or _reads_buckets(options):

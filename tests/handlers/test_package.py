@@ -5,6 +5,7 @@ version and nothing else on its path."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import subprocess
@@ -96,6 +97,28 @@ def test_arm64_stops_with_the_glibc_it_needs(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "glibc 2.34" in message and "--allow_older_openvino" in message
     assert "needs glibc 2." in message and not out.exists()
+
+
+@pytest.mark.parametrize(("config", "args", "message"), [
+    ({"model_config_list": [{"config": {"name": "m", "base_path": "/srv/models/m"}}]}, [],
+     "model base_path '/srv/models/m' is outside the config's folder"),
+    ({"model_config_list": [{"config": {"name": "m", "base_path": "../m"}}]}, [],
+     "model base_path '../m' is outside the config's folder"),
+    ({"model_config_list": []}, ["--extras", "nosuch"], "unknown extra 'nosuch'"),
+    ({"model_config_list": []}, ["--frontends", "onnx,caffe"], "unknown frontend caffe"),
+])
+def test_command_line_mistakes_fail_before_any_download(
+        tmp_path: Path, config: dict[str, Any], args: list[str], message: str) -> None:
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "config.json").write_text(json.dumps(config))
+    done = subprocess.run(
+        [sys.executable, "-m", "handlers.cli", "package", "lambda-zip",
+         str(tmp_path / "out.zip"), "--config_path", str(tmp_path / "repo" / "config.json"),
+         *args], capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PIP_INDEX_URL": "http://127.0.0.1:9/"})  # no index reachable
+    assert done.returncode == 1, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out.zip").exists()
 
 
 def test_over_the_limit_is_refused_with_the_biggest_items(tmp_path: Path) -> None:
