@@ -18,7 +18,8 @@ from the snapshot's past, is renewed:
 
 Each hook logs one JSON line, `{"ov_serverless_snapstart": {...}}`, with its steps' durations.
 This module reaches into the core's process-wide state on purpose: it is the one place that
-knows what a snapshot copies; tests/handlers/test_snapstart.py holds it to that.
+knows what a snapshot copies; tests/handlers/test_snapstart.py holds it to that. It imports
+nothing at import time beyond what the handler has already imported.
 """
 
 from __future__ import annotations
@@ -37,13 +38,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from core import compiled_cache
 from core.api import App, default_app
 from core.errors import ServingError
 from core.model import ModelVersion, ov_core
-from core.stateful import StatefulModelVersion
-from core.storage import open_repository
-from core.storage.remote import RemoteRepository
 
 log = logging.getLogger("ov_serverless.snapstart")
 
@@ -96,6 +93,8 @@ def _warm(version: ModelVersion) -> int:
     """One inference on zeros (dynamic dimensions as 1): the first request then meets warm
     caches and allocated buffers. Stateful models are skipped (an inference opens a sequence);
     so are string inputs, which zeros cannot fill."""
+    from core.stateful import StatefulModelVersion
+
     if isinstance(version, StatefulModelVersion):
         return 0
     inputs: dict[str, np.ndarray] = {}
@@ -143,6 +142,8 @@ def after_restore(app: Callable[[], App] = default_app,
 
 def reseed(app: App) -> None:
     """Copies resumed from one snapshot would draw the same 'random' numbers."""
+    from core.stateful import StatefulModelVersion
+
     random.seed(secrets.randbits(128))
     np.random.seed(secrets.randbits(32))
     for version in _every_version(app):
@@ -154,7 +155,8 @@ def renew_storage(app: App) -> None:
     """A fresh client for every bucket repository: pooled connections (dead or shared after a
     restore), SDK clients and the credentials read when they were built are dropped, and the
     next call reads the environment's credentials anew."""
-    from core.storage import gcs_rest
+    from core.storage import gcs_rest, open_repository
+    from core.storage.remote import RemoteRepository
 
     for served in [*app.manager.models.values(), *app.manager.retired.values()]:
         repository = served.repository
@@ -173,6 +175,8 @@ def renew_storage(app: App) -> None:
 
 def restart_clocks(app: App) -> None:
     """Deadlines measured on the monotonic clock before the snapshot mean nothing after it."""
+    from core.stateful import StatefulModelVersion
+
     now = time.monotonic()
     app.manager._last_check = now  # the next repository check: one reload_interval from now
     for version in _every_version(app):
@@ -184,6 +188,8 @@ def restart_clocks(app: App) -> None:
 
 def device_descriptions(app: App, refresh: bool) -> dict[str, str]:
     """{device: what the compiled-blob key holds of it}, re-read from this CPU when refresh."""
+    from core import compiled_cache
+
     core = ov_core()
     if refresh:
         with compiled_cache._device_lock:
