@@ -162,18 +162,35 @@ def project_root() -> Path:
 
 def project_requirements(extras: Iterable[str]) -> list[str]:
     """The project's dependencies and those of `extras`, less what the runtime provides."""
-    import tomllib
-
-    pyproject = project_root() / "pyproject.toml"
-    project = tomllib.loads(pyproject.read_text())["project"]
-    wanted = list(project["dependencies"])
-    optional = project.get("optional-dependencies", {})
+    wanted, optional = _declared_requirements()
     for extra in extras:
         if extra not in optional or extra == "dev":
             known = ", ".join(sorted(set(optional) - {"dev"}))
             raise PackageError(f"unknown extra {extra!r}; the extras are: {known}")
         wanted += optional[extra]
     return [r for r in wanted if _name(r) not in RUNTIME_PROVIDED]
+
+
+def _declared_requirements() -> tuple[list[str], dict[str, list[str]]]:
+    """(dependencies, {extra: its dependencies}) from pyproject.toml in a checkout, else
+    from the installed distribution's metadata."""
+    import tomllib
+    from importlib.metadata import requires
+
+    pyproject = project_root() / "pyproject.toml"
+    if pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text())["project"]
+        return list(project["dependencies"]), dict(project.get("optional-dependencies", {}))
+    base: list[str] = []
+    optional: dict[str, list[str]] = {}
+    for requirement in requires("ov-serverless") or []:
+        spec, _, marker = requirement.partition(";")
+        extra = re.fullmatch(r"\s*extra\s*==\s*[\"']([^\"']+)[\"']\s*", marker)
+        if extra:
+            optional.setdefault(extra.group(1), []).append(spec.strip())
+        elif not marker.strip():
+            base.append(spec.strip())
+    return base, optional
 
 
 def _name(requirement: str) -> str:

@@ -121,6 +121,14 @@ def test_command_line_mistakes_fail_before_any_download(
     assert not (tmp_path / "out.zip").exists()
 
 
+def test_installed_distribution_declares_the_same_requirements(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from_checkout = package.project_requirements(["aws", "gcp"])
+    monkeypatch.setattr(package, "project_root", lambda: tmp_path)  # no pyproject.toml there
+    assert package.project_requirements(["aws", "gcp"]) == from_checkout
+    assert "awslambdaric" not in " ".join(from_checkout) and "boto3>=1.34" in from_checkout
+
+
 def test_over_the_limit_is_refused_with_the_biggest_items(tmp_path: Path) -> None:
     staging = tmp_path / "task"
     (staging / "models" / "big").mkdir(parents=True)
