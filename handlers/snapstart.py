@@ -24,6 +24,7 @@ nothing at import time beyond what the handler has already imported.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import random
@@ -31,7 +32,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ def before_snapshot(app: Callable[[], App] = default_app) -> dict[str, float]:
         built = app()
         for served in built.manager.models.values():
             served.ensure_loaded()  # lazy mode: compile now, not on a restored copy
-    with _step(steps, "warm_s"):
+    with _step(steps, "warm_s"), _metrics_unchanged():
         warmed = sum(_warm(version) for version in _versions(built))
     with _step(steps, "storage_s"):
         renew_storage(built)
@@ -110,6 +111,36 @@ def _warm(version: ModelVersion) -> int:
                     exc)
         return 0
     return 1
+
+
+@contextlib.contextmanager
+def _metrics_unchanged() -> Iterator[None]:
+    """The warm inferences leave no sample behind (e.g. in ovms_wait_for_infer_req_time_us):
+    a restored copy's metrics count its own requests only."""
+    from core import metrics
+
+    def state() -> dict[tuple[str, tuple[str, ...]], tuple[list[int], float]]:
+        saved = {}
+        for family in metrics.REGISTRY:
+            for values, child in list(family._children.items()):
+                if isinstance(child, metrics.Buckets):
+                    saved[family.name, values] = (list(child.counts), child.sum)
+                else:
+                    saved[family.name, values] = ([], child.value)
+        return saved
+
+    before = state()
+    try:
+        yield
+    finally:
+        for family in metrics.REGISTRY:
+            for values, child in list(family._children.items()):
+                counts, total = before.get((family.name, values), ([0] * len(
+                    getattr(child, "counts", ())), 0.0))
+                if isinstance(child, metrics.Buckets):
+                    child.counts, child.sum = counts, total
+                else:
+                    child.value = total
 
 
 # -- after a restore -------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 import snapshot_restore_py
 from awslambdaric import lambda_runtime_hooks_runner
 
-from core import compiled_cache
+from core import compiled_cache, metrics
 from core.api import App, make_request
 from core.config import Settings
 from core.manager import ModelManager
@@ -141,7 +141,9 @@ def _expected(tensor: np.ndarray) -> np.ndarray:
 def test_restored_copy_answers_without_loading_and_renews_its_state(
         app: App, hooks: dict[str, Any], s3: MotoS3, models: Path, loads: list[str],
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    metrics_at_init = metrics.exposition(app.manager)[0]
     lambda_runtime_hooks_runner.run_before_snapshot()  # awslambdaric's runner, as on Lambda
+    assert metrics.exposition(app.manager)[0] == metrics_at_init  # warm-up not counted
     before = _hook_lines(capsys.readouterr().out)
     assert [line["hook"] for line in before] == ["before_snapshot"]
     assert before[0]["warm_inferences"] == 2  # classifier and scaler; stateful skipped
