@@ -233,9 +233,11 @@ def recompile(app: App) -> None:
     """Compile every model again for this CPU, each beside its serving compile, which keeps
     answering until the new one is AVAILABLE."""
     started = time.perf_counter()
-    for served in list(app.manager.models.values()):
-        served.fingerprints.clear()  # every version is stale: sync loads each one anew
-        served.sync(load=True)
+    # held: a request's repository check (reload_if_due) skips instead of waiting for it
+    with app.manager._check_lock:
+        for served in list(app.manager.models.values()):
+            served.fingerprints.clear()  # every version is stale: sync loads each anew
+            served.sync(load=True)
     _log("recompile", {"compile_s": time.perf_counter() - started})
 
 

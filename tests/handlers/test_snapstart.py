@@ -208,14 +208,22 @@ def test_restore_on_another_cpu_recompiles_in_the_background(
     served = app.manager.models["classifier"]
     old_version = served.default_version()
     monkeypatch.setattr(compiled_cache, "_cpu_flags", lambda: "avx512f amx_tile restored")
+    counted_load = ModelVersion.load
+
+    def slow_load(self: ModelVersion) -> None:  # a compile long enough to overlap a request
+        time.sleep(2)
+        counted_load(self)
+
+    monkeypatch.setattr(ModelVersion, "load", slow_load)
+    tensor = np.random.default_rng(4).random((1, 3, 224, 224), dtype=np.float32)
+    expected = np.asarray(ov.Core().compile_model(old_version.model_file, "CPU")({0: tensor})[0])
 
     lambda_runtime_hooks_runner.run_after_restore()
     after = _hook_lines(capsys.readouterr().out)
     assert after[-1]["cpu_changed"] == ["CPU"]
-
-    tensor = np.random.default_rng(4).random((1, 3, 224, 224), dtype=np.float32)
-    expected = np.asarray(ov.Core().compile_model(old_version.model_file, "CPU")({0: tensor})[0])
-    out = _predict(app, "classifier", {"instances": tensor.tolist()})  # during the recompile
+    app.manager._last_check = float("-inf")  # a repository check is due on this request
+    out = _predict(app, "classifier", {"instances": tensor.tolist()})
+    assert not snapstart.wait_for_recompile(0)  # answered while the recompile still runs
     np.testing.assert_allclose(out["predictions"], expected, rtol=1e-5, atol=1e-6)
     assert snapstart.wait_for_recompile(120)
     assert set(loads) == {"snapstart-recompile"}  # never on the request's thread
