@@ -29,6 +29,8 @@ import tempfile
 import threading
 import time
 import zipfile
+from collections.abc import Callable
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
 from pathlib import Path
@@ -177,17 +179,21 @@ def main(rounds: int = 5) -> None:
         bare = work / "task-no-pyc"
         shutil.copytree(task, bare, ignore=shutil.ignore_patterns("__pycache__"))
         rows: dict[str, list[dict[str, float]]] = {k: [] for k in ROWS}
-        for n in range(rounds):  # interleaved, so a slow minute hits every row alike
+        xml = task / package.REPOSITORY_FOLDER / "classifier" / "1" / "model.xml"
+        for n in range(rounds):  # interleaved, each round in another order: load hits all alike
             zip_env = lambda_env(api, f"{task}:{runtime}", baked, work / f"c{n}") | {
                 "PYTHONDONTWRITEBYTECODE": "1"}
-            rows["zip"].append(cold(python, task, zip_env, api))
-            rows["zip, no .pyc"].append(cold(python, bare, zip_env | {
-                "PYTHONPATH": f"{bare}:{runtime}"}, api))
-            rows["container"].append(cold(sys.executable, REPO, lambda_env(
-                api, str(REPO), config, work / f"d{n}"), api))
-            rows["minimal"].append(minimal(python, task, task / package.REPOSITORY_FOLDER
-                                           / "classifier" / "1" / "model.xml"))
-            rows["restore"].append(cold(python, task, zip_env, api, snapstart=True))
+            runs: dict[str, Callable[[], dict[str, float]]] = {
+                "zip": partial(cold, python, task, zip_env, api),
+                "zip, no .pyc": partial(cold, python, bare, zip_env | {
+                    "PYTHONPATH": f"{bare}:{runtime}"}, api),
+                "container": partial(cold, sys.executable, REPO, lambda_env(
+                    api, str(REPO), config, work / f"d{n}"), api),
+                "minimal": partial(minimal, python, task, xml),
+                "restore": partial(cold, python, task, zip_env, api, snapstart=True),
+            }
+            for name in ROWS[n % len(ROWS):] + ROWS[:n % len(ROWS)]:
+                rows[name].append(runs[name]())
         api.shutdown()
     result = {name: median(values) for name, values in rows.items()}
     result["package"] = {"unzipped_bytes": report.unzipped_bytes,
