@@ -14,7 +14,8 @@ from the snapshot's past, is renewed:
   CPU                 the compiled models' device key (OpenVINO version, device, CPU ISA
                       flags: the compiled-blob cache key) is recomputed; when this CPU differs,
                       every model recompiles in a background thread while the old compile
-                      keeps serving (ServedModel.sync loads beside, then swaps)
+                      keeps serving (ServedModel.sync loads beside, then swaps), or at once,
+                      inside the hook, when this CPU lacks a flag the old compile may use
 
 Each hook logs one JSON line, `{"ov_serverless_snapstart": {...}}`, with its steps' durations.
 This module reaches into the core's process-wide state on purpose: it is the one place that
@@ -45,8 +46,10 @@ from core.model import ModelVersion, ov_core
 
 log = logging.getLogger("ov_serverless.snapstart")
 
-# what before_snapshot saw: {device: its description}, read back by after_restore
+# what before_snapshot saw, read back by after_restore: {device: its description} and the
+# CPU's ISA flags
 _devices: dict[str, str] = {}
+_flags: set[str] = set()
 _recompile: threading.Thread | None = None
 
 
@@ -78,6 +81,8 @@ def before_snapshot(app: Callable[[], App] = default_app) -> dict[str, float]:
         renew_storage(built)
     _devices.clear()
     _devices.update(device_descriptions(built, refresh=False))
+    _flags.clear()
+    _flags.update(cpu_flags())
     with _step(steps, "flush_s"):
         _flush_logs()
     _log("before_snapshot", steps, warm_inferences=warmed)
@@ -160,11 +165,14 @@ def after_restore(app: Callable[[], App] = default_app,
         changed = sorted(device for device, description
                          in device_descriptions(built, refresh=True).items()
                          if _devices.get(device, description) != description)
-        if changed:
+        missing = sorted(_flags - cpu_flags()) if changed else []
+        if missing:  # the old compile may use instructions this CPU lacks: not one more call
+            recompile(built)
+        elif changed:
             _recompile = threading.Thread(target=recompile, args=(built,),
                                           name="snapstart-recompile", daemon=True)
             _recompile.start()
-    _log("after_restore", steps, cpu_changed=changed)
+    _log("after_restore", steps, cpu_changed=changed, cpu_missing=missing)
     if cold_start is not None:
         cold_start["restored"] = True
         cold_start["after_restore_s"] = sum(steps.values())
@@ -227,6 +235,13 @@ def device_descriptions(app: App, refresh: bool) -> dict[str, str]:
             compiled_cache._device_ids.clear()
     devices = {version.config.target_device for version in _versions(app)}
     return {device: compiled_cache._device_id(core, device) for device in sorted(devices)}
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's ISA flags the compiled-blob key holds."""
+    from core import compiled_cache
+
+    return set(compiled_cache._cpu_flags().split())
 
 
 def recompile(app: App) -> None:

@@ -207,7 +207,8 @@ def test_restore_on_another_cpu_recompiles_in_the_background(
     lambda_runtime_hooks_runner.run_before_snapshot()
     served = app.manager.models["classifier"]
     old_version = served.default_version()
-    monkeypatch.setattr(compiled_cache, "_cpu_flags", lambda: "avx512f amx_tile restored")
+    flags = compiled_cache._cpu_flags()  # this CPU, and one more feature (a newer CPU)
+    monkeypatch.setattr(compiled_cache, "_cpu_flags", lambda: flags + " amx_fp8_restored")
     counted_load = ModelVersion.load
 
     def slow_load(self: ModelVersion) -> None:  # a compile long enough to overlap a request
@@ -220,7 +221,7 @@ def test_restore_on_another_cpu_recompiles_in_the_background(
 
     lambda_runtime_hooks_runner.run_after_restore()
     after = _hook_lines(capsys.readouterr().out)
-    assert after[-1]["cpu_changed"] == ["CPU"]
+    assert after[-1]["cpu_changed"] == ["CPU"] and after[-1]["cpu_missing"] == []
     app.manager._last_check = float("-inf")  # a repository check is due on this request
     out = _predict(app, "classifier", {"instances": tensor.tolist()})
     assert not snapstart.wait_for_recompile(0)  # answered while the recompile still runs
@@ -233,6 +234,31 @@ def test_restore_on_another_cpu_recompiles_in_the_background(
     out = _predict(app, "classifier", {"instances": tensor.tolist()})
     np.testing.assert_allclose(out["predictions"], expected, rtol=1e-5, atol=1e-6)
     assert any(line["hook"] == "recompile" for line in _hook_lines(capsys.readouterr().out))
+
+
+def test_restore_on_a_cpu_lacking_a_feature_recompiles_before_any_request(
+        app: App, hooks: dict[str, Any], loads: list[str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The snapshot's compile may use instructions this CPU lacks: it must not serve."""
+    lambda_runtime_hooks_runner.run_before_snapshot()
+    served = app.manager.models["classifier"]
+    old_version = served.default_version()
+    flags = sorted(compiled_cache._cpu_flags().split())
+    if len(flags) < 2:
+        pytest.skip("this CPU reports fewer than two of the ISA flags the blob key holds")
+    monkeypatch.setattr(compiled_cache, "_cpu_flags", lambda: flags[0])  # an older CPU
+
+    lambda_runtime_hooks_runner.run_after_restore()
+    after = _hook_lines(capsys.readouterr().out)
+    restored = next(line for line in after if line["hook"] == "after_restore")
+    assert restored["cpu_changed"] == ["CPU"] and restored["cpu_missing"] == flags[1:]
+    assert set(loads) == {"MainThread"}  # inside the hook: done before the first request
+    fresh = served.versions[old_version.version]
+    assert fresh is not old_version and fresh.available
+    tensor = np.random.default_rng(5).random((1, 3, 224, 224), dtype=np.float32)
+    expected = np.asarray(ov.Core().compile_model(old_version.model_file, "CPU")({0: tensor})[0])
+    out = _predict(app, "classifier", {"instances": tensor.tolist()})
+    np.testing.assert_allclose(out["predictions"], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_without_snapshot_restore_py_nothing_is_registered(
