@@ -268,6 +268,9 @@ if not SETTINGS.lazy_load:
     startup.preload()  # compile in the init phase: the first request only infers
     COLD_START["init_s"] = time.perf_counter() - _started
 _cold = True
+from handlers import snapstart  # noqa: E402  (its hooks run only under SnapStart)
+
+snapstart.register(COLD_START)
 
 
 def handler(event: Any, context: Any) -> Event:

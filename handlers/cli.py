@@ -1,4 +1,4 @@
-"""`ov-serverless` command line: serve | invoke | export-blobs | demo-repo.
+"""`ov-serverless` command line: serve | invoke | export-blobs | demo-repo | package.
 
 Flags follow OVMS (`--config_path`, `--model_name`, `--model_path`, `--port`, `--rest_port`,
 ...). With no model flags and no OVS_* env, `serve` builds and serves the bundled demo model.
@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ov-serverless: cannot open log_path {args.log_path}: {exc.strerror or exc}",
               file=sys.stderr)
         return EX_USAGE
+    if args.command == "package":
+        from handlers.package import main as package
+
+        return package(args)
     if args.command == "demo-repo":
         from demo.models import write_demo_repository
 
@@ -123,7 +127,9 @@ def _parser() -> argparse.ArgumentParser:
                              "OVS_CONCURRENT=1); default: OVS_CONCURRENT, 0 for Lambda")
     demo = sub.add_parser("demo-repo", help="write the demo model repository to PATH")
     demo.add_argument("path")
-    for child in (serve, invoke, export, demo):
+    package = sub.add_parser("package", help="build a deployment package: lambda-zip OUT.zip")
+    _package_flags(package)
+    for child in (serve, invoke, export, demo, package):
         child.add_argument("--log_level", default=None, choices=logs.LEVELS, type=str.upper,
                            help="default: OVS_LOG_LEVEL, else INFO")
         child.add_argument("--log_path", default="", help="also write the log to this file")
@@ -145,6 +151,12 @@ class _Version(argparse.Action):
         print(f"ov-serverless {version('ov-serverless')}\n"
               f"OpenVINO backend {openvino.get_version()}")
         parser.exit()
+
+
+def _package_flags(parser: argparse.ArgumentParser) -> None:
+    from handlers.package import add_arguments
+
+    add_arguments(parser)
 
 
 def _model_flags(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,86 @@
+"""template-zip.yaml: cfn-lint clean, and the real SAM transform gives a zip function on the
+python runtime with SnapStart on published versions, reached only through its alias."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+from handlers import package
+
+ROOT = Path(__file__).parents[2]
+TEMPLATE = ROOT / "template-zip.yaml"
+LINT = "import sys; from cfnlint.runner import main; sys.argv[0] = 'cfn-lint'; sys.exit(main())"
+
+
+def _lint(path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", LINT, str(path)], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+class _NoManagedPolicies:
+    def load(self) -> dict[str, str]:
+        return {}
+
+
+@pytest.fixture(scope="module")
+def resources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    sam = yaml_parse(TEMPLATE.read_text())
+    # `sam deploy` uploads CodeUri's zip and puts its S3 location here; do the same
+    sam["Resources"]["InferenceFunction"]["Properties"]["CodeUri"] = \
+        "s3://deploy-bucket/lambda.zip"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        cfn = transform(sam, {}, _NoManagedPolicies())
+    out = tmp_path_factory.mktemp("sam") / "transformed.json"
+    out.write_text(json.dumps(cfn))
+    _lint(out)
+    return dict(cfn["Resources"])
+
+
+def test_cfn_lint_passes_on_the_template() -> None:
+    _lint(TEMPLATE)
+
+
+def test_zip_function_on_the_python_runtime_with_snapstart(resources: dict[str, Any]) -> None:
+    function = resources["InferenceFunction"]["Properties"]
+    assert function["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+    assert function["Handler"] == "handlers.aws_lambda.handler"
+    assert function.get("PackageType", "Zip") == "Zip"
+    assert function["Code"] == {"S3Bucket": "deploy-bucket", "S3Key": "lambda.zip"}
+    template = yaml_parse(TEMPLATE.read_text())
+    runtime = template["Parameters"]["PythonRuntime"]
+    assert runtime["AllowedValues"] == [f"python{v}" for v in package.PYTHONS]
+    storage = template["Parameters"]["EphemeralStorageSize"]
+    assert storage["MaxValue"] <= 512 and storage["Default"] <= 512  # SnapStart's limit
+    assert "FileSystemConfigs" not in function  # SnapStart takes no EFS
+    kinds = {r["Type"] for r in resources.values()}
+    assert "AWS::Lambda::Version" in kinds and "AWS::Lambda::Alias" in kinds
+    assert not any("ProvisionedConcurrencyConfig" in r.get("Properties", {})
+                   for r in resources.values())
+    env = function["Environment"]["Variables"]
+    assert env["OVS_CONFIG_PATH"] == {"Ref": "ConfigPath"}
+    default = template["Parameters"]["ConfigPath"]["Default"]
+    assert default == f"/var/task/{package.REPOSITORY_FOLDER}/config.json"
+    module, name = function["Handler"].rsplit(".", 1)
+    assert f"def {name}(" in (ROOT / (module.replace(".", "/") + ".py")).read_text()
+
+
+def test_url_and_http_api_invoke_the_alias_not_latest(resources: dict[str, Any]) -> None:
+    alias = next(name for name, r in resources.items() if r["Type"] == "AWS::Lambda::Alias")
+    assert resources[alias]["Properties"]["Name"] == "live"
+    url = resources["InferenceFunctionUrl"]["Properties"]
+    assert url["TargetFunctionArn"] == {"Ref": alias}  # an alias's Ref is its ARN
+    body = json.dumps(resources["ServerlessHttpApi"]["Properties"]["Body"])
+    assert alias in body  # the integration's URI is the alias's ARN
+    permissions = [r["Properties"] for r in resources.values()
+                   if r["Type"] == "AWS::Lambda::Permission"]
+    assert permissions and all(p["FunctionName"] == {"Ref": alias} for p in permissions)
