@@ -21,6 +21,7 @@ from core.model import RETIRE_GRACE_S, ModelVersion, State, Status, add_extensio
 from core.pipeline_config import PipelineConfig
 from core.pipelines import Pipeline
 from core.storage import Repository, open_repository
+from core.storage.secrets import redact
 
 log = logging.getLogger("ov_serverless.manager")
 Servable = ModelVersion | Pipeline
@@ -90,9 +91,9 @@ class ServedModel:
         with self._lock:
             try:
                 present = self.repository.versions()
-            except errors.ServingError as exc:
-                self.error = exc.message
-                log.error("Model %s: %s", self.name, exc.message)
+            except Exception as exc:  # this model fails, with the cause; the others serve
+                self.error = _cause(exc)
+                log.error("Model %s: %s", self.name, self.error)
                 return False
             self.error = "" if present else f"No version found in {self.config.base_path}"
             wanted = {v: present[v] for v in self.config.version_policy.select(list(present))}
@@ -158,10 +159,10 @@ class ServedModel:
         kind = _version_class(self.config)
         try:
             folder = self.repository.fetch(number)
-        except errors.ServingError as exc:
+        except Exception as exc:  # this version fails, with the cause; the others serve
             failed = kind(self.config, number, Path(), self.cache_dir)
-            failed.status = Status(State.LOADING, "UNKNOWN", exc.message)
-            log.error("Model %s version %d: %s", self.name, number, exc.message)
+            failed.status = Status(State.LOADING, "UNKNOWN", _cause(exc))
+            log.error("Model %s version %d: %s", self.name, number, failed.status.error_message)
             return failed, False
         version = kind(self.config, number, folder, self.cache_dir)
         if load:
@@ -227,6 +228,14 @@ def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
     """A retried version that failed again exactly as before: nothing changed."""
     return (old is not None and new.status.error_code != "OK"
             and old.status == new.status)
+
+
+def _cause(exc: Exception) -> str:
+    """A failure in the words a status carries: a ServingError's message, else its type and
+    text (redacted: it may come from inside a storage SDK)."""
+    if isinstance(exc, errors.ServingError):
+        return exc.message
+    return errors.shorten(redact(f"{type(exc).__name__}: {exc}"), errors.MAX_MESSAGE_CHARS)
 
 
 def _detail(status: Status) -> str:
@@ -349,8 +358,8 @@ class ModelManager:
         cache = str(Path(self.settings.cache_dir) / "models")
         try:
             repository = open_repository(config.base_path, Path(cache))
-        except errors.ServingError as exc:
-            repository = _Unreadable(config.base_path, exc.message)
+        except Exception as exc:  # this model fails, with the cause; the others serve
+            repository = _Unreadable(config.base_path, _cause(exc))
         return ServedModel(config, repository, self.settings.cache_dir)
 
     def reload(self) -> bool:

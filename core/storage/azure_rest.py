@@ -23,9 +23,9 @@ from typing import TypeVar
 from urllib.parse import quote, unquote, urlsplit
 from xml.etree import ElementTree
 
-from core.errors import StorageError
-from core.storage import web
+from core.storage import checksums, web
 from core.storage.remote import RemoteObject
+from core.storage.secrets import StorageError
 
 API_VERSION = "2025-11-05"
 DEV_ACCOUNT = "devstoreaccount1"  # Azurite's well-known account (UseDevelopmentStorage=true)
@@ -65,6 +65,8 @@ def choose(connection_string: str | None, account_url: str | None) -> Account | 
         raise StorageError(f"OVS_AZURE_CLIENT must be auto or sdk, not {mode!r}")
     if mode == "sdk":
         return None
+    # a value read from a mounted secret file may end in a newline: never part of it
+    connection_string, account_url = (connection_string or "").strip(), (account_url or "").strip()
     if connection_string:
         account = from_connection_string(connection_string)
     elif account_url and "?" in account_url:
@@ -132,7 +134,8 @@ class AzureRestBackend:
             root = web.parse_xml(body)
             for blob in root.iter("Blob"):
                 size = int(web.text(blob, "Properties/Content-Length") or 0)
-                yield RemoteObject(_name(blob), size, web.text(blob, "Properties/Etag"))
+                yield RemoteObject(_name(blob), size, web.text(blob, "Properties/Etag"),
+                                   web.text(blob, "Properties/Content-MD5"))
             marker = web.text(root, "NextMarker")
             if not marker:
                 return
@@ -143,8 +146,17 @@ class AzureRestBackend:
 
     def download(self, obj: RemoteObject, dest: Path) -> None:
         what = f"Cannot download {self._url(obj.key)}"
+        def digest(response: web.Response) -> checksums.Digest | None:
+            """The blob's Content-MD5 where it has one: in every answer's x-ms-blob-content-md5
+            (Content-MD5 of a whole GET), else as listed."""
+            for name in ("x-ms-blob-content-md5", "Content-MD5"):
+                value = response.getheader(name, "")
+                if value and (response.status == 200 or name != "Content-MD5"):
+                    return checksums.from_base64("md5", value, name)
+            return checksums.from_base64("md5", obj.hashes, "listing")
+
         web.download(obj, dest, what, lambda headers, use: self._call(
-            obj.key, {}, _quoted_tag(headers), what, use))
+            obj.key, {}, _quoted_tag(headers), what, use), digest=digest)
 
     def _url(self, key: str) -> str:
         return f"az://{self.bucket}/{key}"
