@@ -104,3 +104,23 @@ def from_hex_md5(value: str, source: str) -> Digest | None:
 
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
+
+
+class Check:
+    """`digest` being computed again over a download, one chunk after another."""
+
+    def __init__(self, digest: Digest, hasher: Hasher) -> None:
+        self.digest, self._hasher = digest, hasher
+
+    def update(self, data: bytes | memoryview) -> None:
+        self._hasher.update(data)
+
+    def problem(self) -> str:
+        """'' when the bytes seen hash to the digest, else the words of the error."""
+        return self.digest.mismatch(self._hasher.digest())
+
+
+def start(digest: Digest | None) -> Check | None:
+    """A fresh Check of `digest`; None when there is none, or no hasher for it."""
+    hasher = digest.hasher() if digest is not None else None
+    return Check(digest, hasher) if digest is not None and hasher is not None else None

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from core.storage.checksums import Digest, Hasher
+from core.storage import checksums
+from core.storage.checksums import Check, Digest
 from core.storage.remote import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, RETRIES, RemoteObject, disk_full
 from core.storage.secrets import StorageError
 
@@ -184,10 +185,14 @@ def download(obj: RemoteObject, dest: Path, what: str, get: Get[int],
     with open(dest, "w+b") as file:  # read too: a big file's parts are hashed from disk
         fd = file.fileno()
         if obj.size < RANGED_MIN_BYTES:
-            checked: list[tuple[Digest, Hasher]] = []
-            get(whole or {}, lambda r: copy(r, fd, 0, truncate=True,
-                                            check=_start_check(checked, digest(r))))
-            _verify(what, checked[-1] if checked else None)
+            checks: list[Check | None] = []  # one per attempt (a retry starts over)
+
+            def use(response: Response) -> int:
+                checks.append(checksums.start(digest(response)))
+                return copy(response, fd, 0, truncate=True, check=checks[-1])
+
+            get(whole or {}, use)
+            _verify(what, checks[-1])
             return
         os.ftruncate(fd, obj.size)
         starts = range(0, obj.size, PART_BYTES)
@@ -195,13 +200,13 @@ def download(obj: RemoteObject, dest: Path, what: str, get: Get[int],
         with ThreadPoolExecutor(PART_WORKERS) as pool:
             parts = [pool.submit(_part, obj, start, fd, what, get, whole_hint, digest, named)
                      for start in starts]
-            check: tuple[Digest, Hasher] | None = None
+            check: Check | None = None
             for start, part in zip(starts, parts, strict=True):
                 part.result()
                 if start == 0:
-                    check = _start_check([], named[0])
+                    check = checksums.start(named[0])
                 if check is not None:
-                    _hash_range(fd, start, min(start + PART_BYTES, obj.size), check[1])
+                    _hash_range(fd, start, min(start + PART_BYTES, obj.size), check)
         _verify(what, check)
 
 
@@ -219,31 +224,19 @@ def _part(obj: RemoteObject, start: int, fd: int, what: str, get: Get[int],
         raise StorageError(f"{what}: got {got} bytes of range {start}-{end}")
 
 
-def _start_check(checked: list[tuple[Digest, Hasher]], digest: Digest | None
-                 ) -> tuple[Digest, Hasher] | None:
-    """A fresh hasher for `digest` (each attempt of a retried GET starts over), appended to
-    `checked`; None when there is nothing to check."""
-    hasher = digest.hasher() if digest is not None else None
-    if digest is None or hasher is None:
-        return None
-    checked.append((digest, hasher))
-    return digest, hasher
-
-
-def _hash_range(fd: int, start: int, end: int, hasher: Hasher) -> None:
+def _hash_range(fd: int, start: int, end: int, check: Check) -> None:
     while start < end:
         chunk = os.pread(fd, min(CHUNK_BYTES, end - start), start)
         if not chunk:
             break
-        hasher.update(chunk)
+        check.update(chunk)
         start += len(chunk)
 
 
-def _verify(what: str, check: tuple[Digest, Hasher] | None) -> None:
-    if check is not None:
-        problem = check[0].mismatch(check[1].digest())
-        if problem:
-            raise StorageError(f"{what}: {problem}")
+def _verify(what: str, check: Check | None) -> None:
+    problem = check.problem() if check is not None else ""
+    if problem:
+        raise StorageError(f"{what}: {problem}")
 
 
 def _partial(response: Response, what: str, whole_hint: str) -> Response:
@@ -256,7 +249,7 @@ def _partial(response: Response, what: str, whole_hint: str) -> Response:
 
 
 def copy(response: Response, fd: int, start: int, truncate: bool = False,
-         check: tuple[Digest, Hasher] | None = None) -> int:
+         check: Check | None = None) -> int:
     """The body into fd from offset `start`; -> bytes written. `truncate`: a whole file, whose
     retry must not keep a failed attempt's tail. `check`: its hasher sees every byte."""
     if truncate:
@@ -264,7 +257,7 @@ def copy(response: Response, fd: int, start: int, truncate: bool = False,
     written = 0
     while chunk := response.read(CHUNK_BYTES):
         if check is not None:
-            check[1].update(chunk)
+            check.update(chunk)
         view = memoryview(chunk)
         while view:
             n = os.pwrite(fd, view, start + written)

@@ -17,7 +17,7 @@ import pytest
 from core import logs
 from core.config import Settings
 from core.errors import ConfigError, ServingError, StorageError
-from core.storage import open_repository, read_file, secrets
+from core.storage import open_repository, read_file
 from core.storage.remote import RemoteObject, RemoteRepository
 from demo import models
 from tests.emulators import AZURITE_ACCOUNT
@@ -234,8 +234,10 @@ def test_a_planted_secret_never_shows_in_errors_responses_or_logs(
 
 def test_the_message_of_every_storage_error_is_redacted(monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
+    from core.storage.secrets import StorageError as RedactedError
+
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", f"{SECRET}key")
-    error = secrets.StorageError(f"GET https://h/c/b?sv=1&sig=abc%2Bdef {SECRET}key "
+    error = RedactedError(f"GET https://h/c/b?sv=1&sig=abc%2Bdef {SECRET}key "
                          "Authorization: Bearer ya29.tokentoken https://u:pw@host/x")
     assert SECRET not in str(error) and "abc" not in error.message
     assert "ya29" not in error.message and "pw@" not in error.message
