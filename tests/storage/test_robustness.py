@@ -4,6 +4,7 @@ cause a user can act on."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 from core.config import Settings
 from core.errors import StorageError
-from core.storage import open_repository
+from core.storage import open_repository, remote, web
 from demo import models
 from tests.emulators import REPO, Emulator
 from tests.storage.helpers import Front, S3Store, Store, forward, use_env
@@ -184,3 +185,21 @@ def test_a_full_cache_disk_is_reported_at_once(store: Store, tmp_path: Path, siz
     assert f"({size / 1e6:.1f} MB needed)" in result["error"], result
     assert "cannot reach" not in result["error"]
     assert not [p for p in (tmp_path / "cache").rglob("model.bin")]
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG, errno.EDQUOT])
+def test_a_full_disk_is_never_retried_as_a_network_error(
+    code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+
+    def once() -> None:
+        calls.append(1)
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(web, "backoff", lambda attempt: pytest.fail("retried"))
+    with pytest.raises(OSError) as info:
+        web.retrying(once, lambda exc: StorageError("no"), "Cannot download x: cannot reach")
+    assert info.value.errno == code and calls == [1]
+    assert "no space left in the cache dir" in remote.no_space("s3://b/m", Path("/c"), 5_000_000
+                                                               ).message
