@@ -44,24 +44,26 @@ class LocalRepository:
         folder = self.base / str(version)
         if not folder.is_dir():
             raise StorageError(f"Version folder is missing: {folder}")
-        _refuse_links_out(folder, os.path.realpath(self.base))
+        _refuse_links_out(folder, self.base)
         return folder
 
     def release(self, folder: Path) -> None:
         """The user's own files: never deleted."""
 
 
-def _refuse_links_out(folder: Path, base: str) -> None:
-    """StorageError naming the first path under `folder` (itself included) whose target,
-    links resolved, is not under `base`; a linked folder is searched once (no cycles)."""
+def _refuse_links_out(folder: Path, base: Path) -> None:
+    """StorageError naming (below `base`) the first path under `folder`, itself included,
+    whose target, links resolved, is not under `base`; a linked folder is searched once (no
+    cycles). Where it leads is not said: the message reaches clients."""
+    root = os.path.realpath(base)
     seen: set[str] = set()
     pending = [str(folder)]
     while pending:
         path = pending.pop()
         target = os.path.realpath(path)
-        if os.path.commonpath([base, target]) != base:
-            raise StorageError(f"Refusing {path}: a symlink to {target}, outside the model's "
-                               f"base path {base}")
+        if os.path.commonpath([root, target]) != root:
+            raise StorageError(f"Refusing {os.path.relpath(path, base)!r} of model base path "
+                               f"{base}: a symlink that leads outside the model's base path")
         if target in seen or not os.path.isdir(target):
             continue
         seen.add(target)

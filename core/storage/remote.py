@@ -154,8 +154,8 @@ def cache_path(cache_dir: Path, *parts: str) -> Path:
     except ValueError:  # a NUL
         inside = False
     if not inside:
-        raise StorageError(f"Refusing cache path {str(path)!r}: it leaves the cache dir "
-                           f"{cache_dir}")
+        raise StorageError(f"Refusing the cache folder {'/'.join(parts)!r}: it resolves outside "
+                           "the cache dir")
     return path
 
 
@@ -163,8 +163,8 @@ def disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in DISK_FULL
 
 
-def no_space(url: str, cache: Path, needed: int) -> StorageError:
-    return StorageError(f"Cannot download {url}: no space left in the cache dir {cache} "
+def no_space(url: str, needed: int) -> StorageError:
+    return StorageError(f"Cannot download {url}: no space left in the cache dir "
                         f"({needed / 1e6:.1f} MB needed)")
 
 
@@ -201,7 +201,6 @@ class RemoteRepository:
         self.url = url
         self.backend = backend
         self.prefix = prefix
-        self.cache_dir = cache_dir
         self.cache_root = cache_path(cache_dir, backend.scheme, backend.bucket,
                                      *prefix.split("/"))
 
@@ -285,20 +284,20 @@ class RemoteRepository:
                     os.unlink(temp)
         except OSError as exc:
             if disk_full(exc):
-                raise no_space(self.url, self.cache_dir, obj.size) from exc
+                raise no_space(self.url, obj.size) from exc
             raise StorageError(f"Cannot write {dest} for {self.url}: {exc}") from exc
 
     def _download_all(
         self, objects: list[RemoteObject], base: str, target: Path, label: str
     ) -> None:
+        total = sum(o.size for o in objects)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         except OSError as exc:
             if disk_full(exc):
-                raise no_space(label, self.cache_dir, sum(o.size for o in objects)) from exc
+                raise no_space(label, total) from exc
             raise StorageError(f"Cannot create cache folder {target.parent}: {exc}") from exc
-        total = sum(o.size for o in objects)
         try:
             jobs = [(o, tmp / relative_key(o.key, base)) for o in objects]
             with Progress(label, tmp, total):
@@ -306,7 +305,7 @@ class RemoteRepository:
             _publish(tmp, target)
         except OSError as exc:
             if disk_full(exc):
-                raise no_space(label, self.cache_dir, total) from exc
+                raise no_space(label, total) from exc
             raise StorageError(f"Cannot write {target} for {self.url}: {exc}") from exc
         finally:
             if tmp.exists():
