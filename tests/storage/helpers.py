@@ -237,6 +237,7 @@ class Front:
                     self.wfile.write(body)
 
             do_HEAD = do_GET  # the headers of the GET's answer (boto3 heads before a download)
+            do_POST = do_GET  # an OAuth token request (answer() reads the body)
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -20,7 +20,6 @@ from core.storage import open_repository, remote, web
 from demo import models
 from tests.emulators import REPO, Emulator
 from tests.storage.helpers import Front, S3Store, Store, forward, use_env
-from tests.storage.hostile import Echo
 from tests.storage.serving import predict, put_scaler, scaled, start_app, states
 
 NUL_NAME = "weights\0.bin"  # Azurite cannot list such a name: checked on S3 and GCS
@@ -118,11 +117,11 @@ def test_a_download_that_keeps_dropping_is_a_storage_error_on_boto3(
     assert front.dropped >= 2  # retried, as boto3 retries
 
 
-class RedirectLoop(Echo):
+class RedirectLoop(Front):
     """Answers everything, HEAD included, with a 301 that names no region: botocore's region
     redirector asks HeadBucket for it, which redirects again."""
 
-    def answer(self, path: str, request: str) -> tuple[int, dict[str, str], bytes]:
+    def answer(self, request: Any) -> tuple[int, dict[str, str], bytes]:
         return 301, {}, b"<Error><Code>PermanentRedirect</Code><Message>m</Message></Error>"
 
 
@@ -131,7 +130,7 @@ def test_a_redirect_loop_is_a_storage_error_on_boto3(
 ) -> None:
     use_env(monkeypatch, emulators["s3"])
     monkeypatch.setenv("OVS_S3_CLIENT", "boto3")
-    loop = RedirectLoop("s3")
+    loop = RedirectLoop()
     try:
         url = f"s3://{loop.host}/bucket/m"
         with pytest.raises(StorageError, match=r"Cannot list s3://bucket/m/: the S3 endpoint "
