@@ -244,3 +244,20 @@ def test_the_message_of_every_storage_error_is_redacted(monkeypatch: pytest.Monk
     assert "ya29" not in error.message and "pw@" not in error.message
     assert error.message == ("GET https://h/c/b?<redacted> <redacted> Authorization: Bearer "
                              "<redacted> https://<redacted>@host/x")
+
+
+def test_a_request_that_cannot_be_sent_is_not_retried_and_shows_no_secret(
+    monkeypatch: pytest.MonkeyPatch, emulators: dict[str, Any], tmp_path: Path
+) -> None:
+    from core.storage import web
+
+    use_env(monkeypatch, emulators["az"])
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_URL",  # a control character inside the SAS
+                       f"{emulators['az'].endpoint}/{AZURITE_ACCOUNT}?sv=1&sig={SECRET}\r\nx=1")
+    monkeypatch.setattr(web, "backoff", lambda attempt: pytest.fail("retried"))
+    with pytest.raises(StorageError) as info:
+        open_repository("az://container/m", tmp_path).versions()
+    assert str(info.value).startswith("Cannot list az://container/m/: the request cannot be "
+                                      "sent (InvalidURL: ")
+    assert SECRET not in str(info.value) and info.value.__cause__ is None
