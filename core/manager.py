@@ -22,6 +22,7 @@ from core.model import RETIRE_GRACE_S, ModelVersion, State, Status, add_extensio
 from core.pipeline_config import PipelineConfig
 from core.pipelines import Pipeline
 from core.storage import Repository, open_repository
+from core.storage.secrets import redact
 
 log = logging.getLogger("ov_serverless.manager")
 Servable = ModelVersion | Pipeline
@@ -92,9 +93,9 @@ class ServedModel:
         with self._lock:
             try:
                 present = self.repository.versions()
-            except errors.ServingError as exc:
-                self.error = _relative(exc.message, self.config.base_path)
-                log.error("Model %s: %s", self.name, exc.message)
+            except Exception as exc:  # this model fails, with the cause; the others serve
+                self.error = _relative(_cause(exc), self.config.base_path)
+                log.error("Model %s: %s", self.name, _cause(exc))
                 return False
             missing = "" if present else "No version found in the model's base path"
             if missing and missing != self.error:  # the path is for the log only, once
@@ -163,11 +164,11 @@ class ServedModel:
         kind = _version_class(self.config)
         try:
             folder = self.repository.fetch(number)
-        except errors.ServingError as exc:
+        except Exception as exc:  # this version fails, with the cause; the others serve
             failed = kind(self.config, number, Path(), self.cache_dir)
             failed.status = Status(State.LOADING, "UNKNOWN",
-                                   _relative(exc.message, self.config.base_path))
-            log.error("Model %s version %d: %s", self.name, number, exc.message)
+                                   _relative(_cause(exc), self.config.base_path))
+            log.error("Model %s version %d: %s", self.name, number, _cause(exc))
             return failed, False
         version = _version_class(self.config, folder)(self.config, number, folder,
                                                       self.cache_dir)
@@ -311,6 +312,14 @@ def _relative(text: str, base_path: str) -> str:
     return text
 
 
+def _cause(exc: Exception) -> str:
+    """A failure in the words a status carries: a ServingError's message, else its type and
+    text (redacted: it may come from inside a storage SDK)."""
+    if isinstance(exc, errors.ServingError):
+        return exc.message
+    return errors.shorten(redact(f"{type(exc).__name__}: {exc}"), errors.MAX_MESSAGE_CHARS)
+
+
 def _detail(status: Status) -> str:
     return "" if status.error_code == "OK" else f"; error: {status.error_message}"
 
@@ -436,8 +445,8 @@ class ModelManager:
                 from core.openai.layout import flat_aware
 
                 repository = flat_aware(repository)  # OVMS's unversioned graph folder
-        except errors.ServingError as exc:
-            repository = _Unreadable(config.base_path, exc.message)
+        except Exception as exc:  # this model fails, with the cause; the others serve
+            repository = _Unreadable(config.base_path, _cause(exc))
         return ServedModel(config, repository, self.settings.cache_dir)
 
     def reload(self) -> bool:

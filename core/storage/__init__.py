@@ -9,6 +9,7 @@ module, and only when a URL of that scheme is opened.
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 from typing import Protocol
 
@@ -16,6 +17,11 @@ BLOB_FOLDER = ".ov-compiled"  # <version>/.ov-compiled/<key>.blob (core.compiled
 # Files a model's graph is read from (the rest are weights): a compiled blob's key hashes them
 # whole, and a bucket never defers them (core.storage.remote).
 GRAPH_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite", ".json")
+
+# A version folder's name: ASCII digits, no leading zero, within gRPC's int64 version field.
+# Any other name beside the version folders (notes, `²`, `01`) is not a version: ignored, as
+# OVMS ignores what is not a number.
+_VERSION = re.compile(r"[1-9][0-9]{0,17}")
 
 REMOTE_SCHEMES = {
     "s3": "core.storage.s3",
@@ -45,6 +51,11 @@ class Repository(Protocol):
         ...
 
 
+def version_number(name: str) -> int | None:
+    """The version a folder name stands for, or None when it is no version folder."""
+    return int(name) if _VERSION.fullmatch(name) else None
+
+
 def scheme_of(url: str) -> str:
     head, sep, _ = url.partition("://")
     return head.lower() if sep else ""
@@ -59,7 +70,7 @@ def open_repository(url: str, cache_dir: Path) -> Repository:
         return LocalRepository(url)
     module = REMOTE_SCHEMES.get(scheme)
     if module is None:
-        from core.errors import StorageError
+        from core.storage.secrets import StorageError
 
         raise StorageError(f"Unsupported model repository scheme '{scheme}://' in {url}")
     backend: Repository = importlib.import_module(module).open_repository(url, cache_dir)
@@ -73,7 +84,7 @@ def read_file(url: str) -> bytes:
         return Path(url).read_bytes()
     module = REMOTE_SCHEMES.get(scheme)
     if module is None:
-        from core.errors import StorageError
+        from core.storage.secrets import StorageError
 
         raise StorageError(f"Unsupported config file scheme '{scheme}://' in {url}")
     data: bytes = importlib.import_module(module).read_file(url)

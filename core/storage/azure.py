@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from core.errors import StorageError
 from core.storage import azure_rest
 from core.storage.remote import (
     CONNECT_TIMEOUT_S,
@@ -28,13 +27,15 @@ from core.storage.remote import (
     object_key,
     split_url,
 )
+from core.storage.secrets import StorageError
 
 SCHEMES = ("az", "azure", "azfs")
 _DENIED_STATUS = {401, 403}
 
 
 def _account_url() -> str | None:
-    url = os.environ.get("AZURE_STORAGE_ACCOUNT_URL")
+    # a value read from a mounted secret file may end in a newline: never part of the URL
+    url = (os.environ.get("AZURE_STORAGE_ACCOUNT_URL") or "").strip()
     name = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") or os.environ.get("AZURE_STORAGE_ACCOUNT")
     return url or (f"https://{name}.blob.core.windows.net" if name else None)
 
@@ -47,7 +48,7 @@ def make_service() -> Any:
         "read_timeout": READ_TIMEOUT_S,
         "retry_policy": LinearRetry(backoff=1, retry_total=RETRIES, random_jitter_range=1),
     }
-    conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+    conn = (os.environ.get("AZURE_STORAGE_CONNECTION_STRING") or "").strip()
     if conn:
         with _errors("Invalid AZURE_STORAGE_CONNECTION_STRING", ""):
             return BlobServiceClient.from_connection_string(conn, **options)

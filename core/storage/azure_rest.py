@@ -23,9 +23,9 @@ from typing import TypeVar
 from urllib.parse import quote, unquote, urlsplit
 from xml.etree import ElementTree
 
-from core.errors import StorageError
-from core.storage import web
+from core.storage import checksums, web
 from core.storage.remote import RemoteObject
+from core.storage.secrets import StorageError
 
 API_VERSION = "2025-11-05"
 DEV_ACCOUNT = "devstoreaccount1"  # Azurite's well-known account (UseDevelopmentStorage=true)
@@ -65,6 +65,8 @@ def choose(connection_string: str | None, account_url: str | None) -> Account | 
         raise StorageError(f"OVS_AZURE_CLIENT must be auto or sdk, not {mode!r}")
     if mode == "sdk":
         return None
+    # a value read from a mounted secret file may end in a newline: never part of it
+    connection_string, account_url = (connection_string or "").strip(), (account_url or "").strip()
     if connection_string:
         account = from_connection_string(connection_string)
     elif account_url and "?" in account_url:
@@ -120,7 +122,6 @@ class AzureRestBackend:
         self._account = account
         parts = urlsplit(account.endpoint)
         self._origin = f"{parts.scheme}://{parts.netloc}"
-        self._base = f"{parts.path}/{quote(container, safe='')}"
         self._connections = web.Connections("REQUESTS_CA_BUNDLE")
 
     def list_objects(self, prefix: str) -> Iterator[RemoteObject]:
@@ -132,7 +133,8 @@ class AzureRestBackend:
             root = web.parse_xml(body)
             for blob in root.iter("Blob"):
                 size = int(web.text(blob, "Properties/Content-Length") or 0)
-                yield RemoteObject(_name(blob), size, web.text(blob, "Properties/Etag"))
+                yield RemoteObject(_name(blob), size, web.text(blob, "Properties/Etag"),
+                                   web.text(blob, "Properties/Content-MD5"))
             marker = web.text(root, "NextMarker")
             if not marker:
                 return
@@ -143,8 +145,17 @@ class AzureRestBackend:
 
     def download(self, obj: RemoteObject, dest: Path) -> None:
         what = f"Cannot download {self._url(obj.key)}"
+        def digest(response: web.Response) -> checksums.Digest | None:
+            """The blob's Content-MD5 where it has one: in every answer's x-ms-blob-content-md5
+            (Content-MD5 of a whole GET), else as listed."""
+            for name in ("x-ms-blob-content-md5", "Content-MD5"):
+                value = response.getheader(name, "")
+                if value and (response.status == 200 or name != "Content-MD5"):
+                    return checksums.from_base64("md5", value, name)
+            return checksums.from_base64("md5", obj.hashes, "listing")
+
         web.download(obj, dest, what, lambda headers, use: self._call(
-            obj.key, {}, _quoted_tag(headers), what, use))
+            obj.key, {}, ranged(headers), what, use), digest=digest)
 
     def _url(self, key: str) -> str:
         return f"az://{self.bucket}/{key}"
@@ -159,12 +170,11 @@ class AzureRestBackend:
 
     def _once(self, key: str, query: dict[str, str], headers: dict[str, str],
               use: Callable[[web.Response], T]) -> T:
-        path = self._base + (f"/{quote(key, safe='/~')}" if key else "")
+        path = request_path(self._account, self.bucket, key)
         sent = {**headers, "x-ms-date": formatdate(usegmt=True), "x-ms-version": API_VERSION}
         if self._account.key:
             sent["Authorization"] = authorization(self._account, path, query, sent)
-        encoded = "&".join(f"{name}={quote(value, safe='')}" for name, value in query.items())
-        params = "&".join(part for part in (encoded, self._account.sas) if part)
+        params = "&".join(part for part in (encode_query(query), self._account.sas) if part)
         url = path + (f"?{params}" if params else "")
         return self._connections.get(self._origin, url, sent, _failure, use)
 
@@ -188,12 +198,25 @@ def _name(blob: ElementTree.Element) -> str:
     return name.text or ""
 
 
-def _quoted_tag(headers: dict[str, str]) -> dict[str, str]:
-    """If-Match takes the ETag in quotes; List Blobs gives it bare."""
-    tag = headers.get("If-Match", "")
+def request_path(account: Account, container: str, key: str) -> str:
+    """The path a request for `key` (or the container, for '') is sent to, percent-encoded."""
+    base = f"{urlsplit(account.endpoint).path}/{quote(container, safe='')}"
+    return base + (f"/{quote(key, safe='/~')}" if key else "")
+
+
+def encode_query(query: dict[str, str]) -> str:
+    return "&".join(f"{name}={quote(value, safe='')}" for name, value in query.items())
+
+
+def ranged(headers: dict[str, str]) -> dict[str, str]:
+    """A part's headers as Blob Storage takes them and the SDK sends them: the range in
+    x-ms-range (signed among the x-ms-* headers, as the SDK signs it), If-Match the ETag in
+    quotes (List Blobs gives it bare)."""
+    out = {("x-ms-range" if name == "Range" else name): value for name, value in headers.items()}
+    tag = out.get("If-Match", "")
     if tag and not tag.startswith('"'):
-        return {**headers, "If-Match": f'"{tag}"'}
-    return headers
+        out["If-Match"] = f'"{tag}"'
+    return out
 
 
 def _failure(response: web.Response, body: bytes) -> Failure:

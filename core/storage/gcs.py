@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from core.errors import StorageError
 from core.storage import gcs_rest
 from core.storage.remote import (
     CONNECT_TIMEOUT_S,
@@ -29,6 +28,7 @@ from core.storage.remote import (
     object_key,
     split_url,
 )
+from core.storage.secrets import StorageError
 
 SCHEMES = ("gs",)
 TIMEOUT = (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)

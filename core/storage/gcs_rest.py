@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
-from core.errors import StorageError
-from core.storage import web
+from core.storage import checksums, secrets, web
 from core.storage.remote import RemoteObject
+from core.storage.secrets import StorageError
 
 API = "https://storage.googleapis.com"
 METADATA_HOST = "metadata.google.internal"
@@ -154,6 +154,7 @@ class Token:
         try:
             answer = json.loads(body)
             self._value = str(answer["access_token"])
+            secrets.register(self._value)
             lifetime = float(answer.get("expires_in", 3600))
         except (ValueError, KeyError, TypeError) as exc:
             raise StorageError(f"{where} sent no token: {body[:200]!r}") from exc
@@ -181,7 +182,9 @@ class GcsRestBackend:
             page = json.loads(self._call(self._objects, query, {}, what, web.read, listing=True))
             for item in page.get("items", ()):
                 tag = f"{item.get('generation')}:{item.get('md5Hash') or item.get('etag')}"
-                yield RemoteObject(item["name"], int(item.get("size") or 0), tag)
+                hashes = ",".join(f"{name}={item[field]}" for name, field in _LISTED_HASHES
+                                  if item.get(field))
+                yield RemoteObject(item["name"], int(item.get("size") or 0), tag, hashes)
             if not page.get("nextPageToken"):
                 return
             query["pageToken"] = page["nextPageToken"]
@@ -201,7 +204,11 @@ class GcsRestBackend:
             ranged = {name: value for name, value in headers.items() if name != "If-Match"}
             return self._call(self._media(obj.key), query, ranged, what, use)
 
-        web.download(obj, dest, what, get, GZIP_HINT)
+        def digest(response: web.Response) -> checksums.Digest | None:
+            return (hash_of(response.getheader("x-goog-hash", ""), "x-goog-hash")
+                    or hash_of(obj.hashes, "listing"))
+
+        web.download(obj, dest, what, get, GZIP_HINT, digest)
 
     def _url(self, key: str) -> str:
         return f"gs://{self.bucket}/{key}"
@@ -234,6 +241,21 @@ class GcsRestBackend:
         if exc.status in (401, 403):
             return f"access denied: {message}"
         return f"{exc.status} {message}"
+
+
+_LISTED_HASHES = (("crc32c", "crc32c"), ("md5", "md5Hash"))
+
+
+def hash_of(hashes: str, source: str) -> checksums.Digest | None:
+    """The digest to check from `crc32c=<b64>,md5=<b64>` (x-goog-hash, or the listing's):
+    CRC32C where google-crc32c is installed, as google-cloud-storage prefers it, else MD5 (a
+    composite object has none)."""
+    named = dict(item.strip().partition("=")[::2] for item in hashes.split(",") if "=" in item)
+    for algorithm in ("crc32c", "md5"):
+        found = checksums.from_base64(algorithm, named.get(algorithm, ""), source)
+        if found is not None:
+            return found
+    return None
 
 
 def _failure(response: web.Response, body: bytes) -> web.Failure:

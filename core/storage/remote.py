@@ -23,6 +23,7 @@ failure. `RemoteRepository` turns that into the Repository protocol:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
@@ -33,12 +34,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from core.errors import StorageError
-from core.storage import BLOB_FOLDER, GRAPH_SUFFIXES
+from core import errors
+from core.storage import BLOB_FOLDER, GRAPH_SUFFIXES, version_number
+from core.storage.secrets import StorageError, redact
 
 log = logging.getLogger("ov_serverless.storage")
 
@@ -53,6 +55,8 @@ PROGRESS_INTERVAL_S = 2.0
 # With compiled blobs listed, weight files this big are downloaded only by a load that compiles
 # (smaller ones cost less to download with the graph than as a second round trip).
 DEFER_MIN_BYTES = 4 << 20
+# A write that fails for want of room: reported as such at once, never retried.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,9 @@ class RemoteObject:
     key: str  # full object key / blob name
     size: int
     tag: str  # ETag, generation, content MD5: whatever changes when the content does
+    # digests the listing gave, in the backend's own words (core.storage.checksums): the
+    # integrity check of a download whose answer names none
+    hashes: str = field(default="", compare=False)
 
 
 class Backend(Protocol):
@@ -85,30 +92,80 @@ def split_url(url: str, schemes: Iterable[str]) -> tuple[str, str]:
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise StorageError(f"Missing bucket name in {url}")
-    return bucket, prefix.strip("/")
+    return check_path(bucket, url), check_path(prefix.strip("/"), url)
+
+
+def check_path(path: str, url: str) -> str:
+    """`path` (a bucket name, a prefix, a key) when every '/'-segment is a plain name: '.',
+    '..', an empty segment, a backslash or a NUL would name another place in a bucket than the
+    one written, or leave the cache dir once joined into a local path (ConfigError)."""
+    for segment in path.split("/") if path else ():
+        problem = ("an empty path segment" if not segment
+                   else "a NUL character" if "\0" in segment
+                   else "a backslash" if "\\" in segment
+                   else f"the path segment {segment!r}" if segment in (".", "..") else "")
+        if problem:
+            raise errors.ConfigError(redact(
+                f"Invalid bucket URL {url!r}: {problem}; a bucket URL takes no '.', '..' or "
+                "empty path segments, backslashes or NUL characters"))
+    return path
 
 
 def object_key(key: str, url: str) -> str:
     """The key of a single-file URL (a config.json in a bucket); a bare bucket is an error."""
     if not key:
         raise StorageError(f"Missing object key in {url}")
-    return key
+    return check_path(key, url)
 
 
 def fingerprint(objects: Iterable[RemoteObject], base: str) -> str:
     digest = hashlib.blake2b(digest_size=10)
     for obj in sorted(objects, key=lambda o: o.key):
-        digest.update(f"{relative_key(obj.key, base)}\0{obj.tag}\0{obj.size}\n".encode())
+        rel = _below(obj.key, base)  # checked by the fetch: a bad key fails its version there
+        digest.update(f"{rel}\0{obj.tag}\0{obj.size}\n".encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
 
 def relative_key(key: str, base: str) -> str:
-    """`key` below `base` (both without a leading slash); refuses keys that escape it."""
-    rel = key[len(base) :].removeprefix("/") if base else key
+    """`key` below `base` (both without a leading slash); refuses keys that are not below it,
+    or whose path would leave it or cannot be a file name ('.', '..', empty, NUL)."""
+    rel = key.removeprefix(base.rstrip("/") + "/") if base else key
     parts = rel.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise StorageError(f"Refusing object key that leaves its version folder: {key}")
+    if (base and rel == key) or any(p in ("", ".", "..") or "\0" in p for p in parts):
+        shown = key.replace("\0", "\\0")
+        raise StorageError(f"Refusing object key that leaves its version folder or cannot be a "
+                           f"file name: {shown!r}")
     return rel
+
+
+def _below(key: str, base: str) -> str:
+    """`key` less `base` and the '/' after it, unchecked (see relative_key)."""
+    return key[len(base):].removeprefix("/") if base else key
+
+
+def cache_path(cache_dir: Path, *parts: str) -> Path:
+    """cache_dir/parts..., refused (StorageError) unless it stays inside cache_dir once
+    resolved: a URL check that missed a case, or a symlink in the cache, cannot write
+    elsewhere."""
+    path = Path(cache_dir, *parts)
+    try:
+        root = os.path.realpath(cache_dir)
+        inside = os.path.commonpath([root, os.path.realpath(path)]) == root
+    except ValueError:  # a NUL
+        inside = False
+    if not inside:
+        raise StorageError(f"Refusing the cache folder {'/'.join(parts)!r}: it resolves outside "
+                           "the cache dir")
+    return path
+
+
+def disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL
+
+
+def no_space(url: str, needed: int) -> StorageError:
+    return StorageError(f"Cannot download {url}: no space left in the cache dir "
+                        f"({needed / 1e6:.1f} MB needed)")
 
 
 def is_folder_marker(obj: RemoteObject) -> bool:
@@ -123,8 +180,9 @@ def split_blobs(objects: Iterable[RemoteObject], base: str
     files: list[RemoteObject] = []
     blobs: dict[str, RemoteObject] = {}
     for obj in objects:
-        head, _, name = relative_key(obj.key, base).partition("/")
-        if head == BLOB_FOLDER and name.endswith(".blob") and "/" not in name:
+        head, _, name = _below(obj.key, base).partition("/")
+        if (head == BLOB_FOLDER and name.endswith(".blob") and "/" not in name
+                and "\0" not in name):
             blobs[name] = obj
         else:
             files.append(obj)
@@ -143,7 +201,8 @@ class RemoteRepository:
         self.url = url
         self.backend = backend
         self.prefix = prefix
-        self.cache_root = Path(cache_dir, backend.scheme, backend.bucket, *prefix.split("/"))
+        self.cache_root = cache_path(cache_dir, backend.scheme, backend.bucket,
+                                     *prefix.split("/"))
 
     def _key(self, *parts: str) -> str:
         return "/".join(p for p in (self.prefix, *parts) if p)
@@ -155,8 +214,9 @@ class RemoteRepository:
         for obj in self.backend.list_objects(base):
             seen_any = True
             head, sep, _ = obj.key[len(base) :].partition("/")
-            if sep and head.isdigit() and int(head) > 0 and not is_folder_marker(obj):
-                groups.setdefault(int(head), []).append(obj)
+            number = version_number(head)
+            if sep and number is not None and not is_folder_marker(obj):
+                groups.setdefault(number, []).append(obj)
         if not seen_any:
             raise StorageError(f"The provided base path is invalid or doesn't exists: {self.url}")
         return {v: fingerprint(split_blobs(objs, self._key(str(v)))[0], self._key(str(v)))
@@ -223,23 +283,29 @@ class RemoteRepository:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
         except OSError as exc:
+            if disk_full(exc):
+                raise no_space(self.url, obj.size) from exc
             raise StorageError(f"Cannot write {dest} for {self.url}: {exc}") from exc
 
     def _download_all(
         self, objects: list[RemoteObject], base: str, target: Path, label: str
     ) -> None:
+        total = sum(o.size for o in objects)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         except OSError as exc:
+            if disk_full(exc):
+                raise no_space(label, total) from exc
             raise StorageError(f"Cannot create cache folder {target.parent}: {exc}") from exc
         try:
             jobs = [(o, tmp / relative_key(o.key, base)) for o in objects]
-            total = sum(o.size for o in objects)
             with Progress(label, tmp, total):
                 _each(self._download_one, jobs)
             _publish(tmp, target)
         except OSError as exc:
+            if disk_full(exc):
+                raise no_space(label, total) from exc
             raise StorageError(f"Cannot write {target} for {self.url}: {exc}") from exc
         finally:
             if tmp.exists():

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from core.errors import StorageError
 from core.storage import s3_rest
 from core.storage.remote import (
     CONNECT_TIMEOUT_S,
@@ -27,8 +26,11 @@ from core.storage.remote import (
     Backend,
     RemoteObject,
     RemoteRepository,
+    check_path,
+    disk_full,
     object_key,
 )
+from core.storage.secrets import StorageError
 
 SCHEMES = ("s3",)
 
@@ -48,7 +50,7 @@ def parse_url(url: str) -> tuple[str | None, str, str]:
     endpoint = None
     if host:
         endpoint = f"{'https' if host.endswith(':443') else 'http'}://{host}"
-    return endpoint, first, rest.strip("/")
+    return endpoint, check_path(first, url), check_path(rest.strip("/"), url)
 
 
 def resolve_endpoint(from_url: str | None) -> tuple[str | None, bool]:
@@ -81,14 +83,32 @@ def make_client(endpoint: str | None) -> Any:
     if path_style:
         options["s3"] = {"addressing_style": "path"}
     with _errors(f"Cannot set up an S3 client for {endpoint_url or 'AWS'}"):
-        session = boto3.session.Session()
+        session = boto3.session.Session(**_trimmed_env_credentials())
         if session.get_credentials() is None:
             options["signature_version"] = UNSIGNED
         return session.client("s3", endpoint_url=endpoint_url, config=Config(**options))
 
 
+_ENV_CREDENTIALS = {"aws_access_key_id": "AWS_ACCESS_KEY_ID",
+                    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+                    "aws_session_token": "AWS_SESSION_TOKEN"}
+
+
+def _trimmed_env_credentials() -> dict[str, str]:
+    """The environment's credentials without the newline a value read from a mounted secret
+    file may end in (botocore would send it, and fail), when one has it; else none (boto3's
+    own chain reads them)."""
+    values = {arg: os.environ.get(name, "") for arg, name in _ENV_CREDENTIALS.items()}
+    if all(value == value.strip() for value in values.values()):
+        return {}
+    return {arg: value.strip() for arg, value in values.items() if value.strip()}
+
+
 @contextmanager
 def _errors(what: str, bucket: str = "") -> Iterator[None]:
+    """boto3's failures as StorageError (the cause in the words of s3_rest.describe); a full
+    disk goes on as the OSError it is (RemoteRepository words it)."""
+    from boto3.exceptions import RetriesExceededError as Boto3RetriesExceeded
     from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
     from botocore.exceptions import ConnectionError as EndpointError
     from s3transfer.exceptions import RetriesExceededError
@@ -101,10 +121,16 @@ def _errors(what: str, bucket: str = "") -> Iterator[None]:
         raise StorageError(f"{what}: {cause}") from exc
     except (EndpointError, HTTPClientError) as exc:
         raise StorageError(f"{what}: cannot reach the S3 endpoint: {exc}") from exc
-    except RetriesExceededError as exc:
+    except (RetriesExceededError, Boto3RetriesExceeded) as exc:  # download_file raises boto3's
+        if disk_full(exc.last_exception):
+            raise exc.last_exception from exc
         raise StorageError(f"{what}: cannot reach the S3 endpoint: {exc.last_exception}") from exc
     except BotoCoreError as exc:
         raise StorageError(f"{what}: {exc}") from exc
+    except RecursionError as exc:  # botocore's region redirector asks HeadBucket, which
+        # redirects again: an endpoint that answers every request with a 301 and no region
+        raise StorageError(f"{what}: the S3 endpoint answers with a redirect loop "
+                           "(301 and no region, again and again)") from exc
 
 
 class S3Backend:

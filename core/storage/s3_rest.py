@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote, unquote_plus, urlsplit
 
-from core.errors import StorageError
-from core.storage import web
+from core.storage import checksums, web
 from core.storage.remote import RemoteObject
+from core.storage.secrets import StorageError
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 DENIED = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch",
@@ -36,6 +36,10 @@ DENIED = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDo
 MISSING = {"NoSuchKey", "404", "NotFound"}
 T = TypeVar("T")
 _DNS_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
+# Full-object checksums GetObject names with x-amz-checksum-mode: ENABLED, best first (those
+# with a fast hasher here; CRC64NVME has none in the standard library)
+CHECKSUMS = ("crc32", "crc32c", "sha256", "sha1")
+CHECKSUM_MODE = {"x-amz-checksum-mode": "ENABLED"}
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,9 @@ def choose(endpoint_url: str | None) -> tuple[Credentials, str] | None:
     mode = env.get("OVS_S3_CLIENT", "auto").strip().lower() or "auto"
     if mode not in ("auto", "boto3"):
         raise StorageError(f"OVS_S3_CLIENT must be auto or boto3, not {mode!r}")
-    key, secret = env.get("AWS_ACCESS_KEY_ID", ""), env.get("AWS_SECRET_ACCESS_KEY", "")
+    # a value read from a mounted secret file may end in a newline: never part of a key
+    key = env.get("AWS_ACCESS_KEY_ID", "").strip()
+    secret = env.get("AWS_SECRET_ACCESS_KEY", "").strip()
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ""
     if endpoint_url and not region:
         region = "us-east-1"  # MinIO and emulators take any region; boto3 signs with this one
@@ -81,7 +87,7 @@ def choose(endpoint_url: str | None) -> tuple[Credentials, str] | None:
                or _truthy(env.get("AWS_USE_DUALSTACK_ENDPOINT")) or web.proxied(endpoint_url))
     if mode == "boto3" or not (key and secret and region) or special:
         return None
-    return Credentials(key, secret, env.get("AWS_SESSION_TOKEN", "")), region
+    return Credentials(key, secret, env.get("AWS_SESSION_TOKEN", "").strip()), region
 
 
 def _truthy(value: str | None) -> bool:
@@ -135,6 +141,22 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def digest(response: web.Response) -> checksums.Digest | None:
+    """The whole object's digest a GetObject answer names: a full-object x-amz-checksum-*
+    (a whole GET with checksum mode; a composite `<b64>-<parts>` is none), else the ETag of a
+    single-part upload stored without SSE-KMS or SSE-C (their ETags are no MD5)."""
+    for name in CHECKSUMS:
+        value = response.getheader(f"x-amz-checksum-{name}", "")
+        found = checksums.from_base64(name, value, f"x-amz-checksum-{name}") if value else None
+        if found is not None:
+            return found
+    encryption = response.getheader("x-amz-server-side-encryption", "").lower()
+    if encryption.startswith("aws:kms") or response.getheader(
+            "x-amz-server-side-encryption-customer-algorithm"):
+        return None
+    return checksums.from_hex_md5(response.getheader("ETag", ""), "ETag")
+
+
 def describe(code: str, message: str, bucket: str) -> str:
     """The cause of an S3 error in words, as both S3 paths report it."""
     if code == "NoSuchBucket":
@@ -164,9 +186,13 @@ class S3RestBackend:
         query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
         while True:
             root = web.parse_xml(self._call("", query, {}, f"list {self._url(prefix)}", web.read))
+            # encoding-type=url: S3 writes a space as '+' and a '+' as %2B; keys are decoded
+            # only when the answer says it encoded them (as botocore reads): a server that
+            # ignored the parameter sent them as they are
+            encoded = web.text(root, "EncodingType").lower() == "url"
             for item in root.iter("Contents"):
-                # encoding-type=url: S3 writes a space as '+' and a '+' as %2B (as botocore reads)
-                yield RemoteObject(unquote_plus(web.text(item, "Key")),
+                key = web.text(item, "Key")
+                yield RemoteObject(unquote_plus(key) if encoded else key,
                                    int(web.text(item, "Size")), web.text(item, "ETag"))
             token = web.text(root, "NextContinuationToken")
             if web.text(root, "IsTruncated") != "true" or not token:
@@ -179,7 +205,8 @@ class S3RestBackend:
     def download(self, obj: RemoteObject, dest: Path) -> None:
         what = f"download {self._url(obj.key)}"
         web.download(obj, dest, f"Cannot {what}",
-                     lambda headers, use: self._call(obj.key, {}, headers, what, use))
+                     lambda headers, use: self._call(obj.key, {}, headers, what, use),
+                     digest=digest, whole=CHECKSUM_MODE)
 
     def _url(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from core.errors import StorageError
-from core.storage.remote import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, RETRIES, RemoteObject
+from core.storage import checksums
+from core.storage.checksums import Check, Digest
+from core.storage.remote import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, RETRIES, RemoteObject, disk_full
+from core.storage.secrets import StorageError
 
 RANGED_MIN_BYTES = 16 << 20  # boto3's multipart threshold on the boto3 path
 PART_BYTES = 8 << 20
@@ -32,6 +34,7 @@ _PROXIES = ("http_proxy", "https_proxy", "all_proxy")
 T = TypeVar("T")
 Response = http.client.HTTPResponse
 Get = Callable[[dict[str, str], Callable[[Response], T]], T]  # (extra headers, use) -> use()
+DigestOf = Callable[[Response], Digest | None]  # the object's digest a response names
 
 
 class Failure(Exception):
@@ -53,7 +56,10 @@ def retrying(once: Callable[[], T], fail: Callable[[Failure], StorageError],
     """once(), again after a retryable Failure or a connection error, up to RETRIES times.
     `redirect(failure)` may point the client elsewhere (S3's other region): that goes again
     once at no retry's cost. `fail` words a final Failure; `unreachable` starts the text of a
-    final connection error."""
+    final connection error (its part before the last ': ', of a request that cannot be
+    sent). A full disk is no network error: it goes on at once, as is; a
+    request http.client refuses to send (a control character in a URL or header, as a
+    credential read from a file with its newline has) is not retried either."""
     attempt, moved = 0, False
     while True:
         try:
@@ -64,7 +70,14 @@ def retrying(once: Callable[[], T], fail: Callable[[Failure], StorageError],
                 continue
             if not exc.retryable or attempt >= RETRIES:
                 raise fail(exc) from exc
+        except (http.client.InvalidURL, ValueError) as exc:
+            cause = unreachable.rpartition(": ")[0] or unreachable
+            raise StorageError(f"{cause}: the request cannot be sent ({type(exc).__name__}: "
+                               f"{exc}); check the endpoint and credentials for stray "
+                               "characters, such as a newline") from None
         except (OSError, http.client.HTTPException) as exc:
+            if disk_full(exc):
+                raise
             if attempt >= RETRIES:
                 raise StorageError(f"{unreachable}: {type(exc).__name__}: {exc}") from exc
         attempt += 1
@@ -161,29 +174,70 @@ IGNORED_RANGE = "; the endpoint, or a proxy before it, ignored the Range header"
 
 
 def download(obj: RemoteObject, dest: Path, what: str, get: Get[int],
-             whole_hint: str = IGNORED_RANGE) -> None:
-    """obj into dest: one GET, or for a big file PART_BYTES ranges PART_WORKERS at a time,
-    each If-Match the listed tag, so a file replaced since the listing fails (412).
-    `whole_hint` ends the error for a range answered with the whole object (the provider's
-    likely cause)."""
-    with open(dest, "wb") as file:
+             whole_hint: str = IGNORED_RANGE, digest: DigestOf = lambda _: None,
+             whole: dict[str, str] | None = None) -> None:
+    """obj into dest: one GET (with the `whole` headers), or for a big file PART_BYTES ranges
+    PART_WORKERS at a time, each If-Match the listed tag, so a file replaced since the listing
+    fails (412). `whole_hint` ends the error for a range answered with the whole object (the
+    provider's likely cause). `digest(response)`: the whole object's digest the answer names,
+    checked over the bytes written: hashed as they come for one GET; for a big file only a CRC
+    (an MD5 of it would add a fifth to a cold start's download, and the SDKs check none for
+    ranged reads either), its parts hashed in order, each once it is in."""
+    with open(dest, "w+b") as file:  # read too: a big file's parts are hashed from disk
         fd = file.fileno()
         if obj.size < RANGED_MIN_BYTES:
-            get({}, lambda r: copy(r, fd, 0, truncate=True))
+            checks: list[Check | None] = []  # one per attempt (a retry starts over)
+
+            def use(response: Response) -> int:
+                checks.append(checksums.start(digest(response)))
+                return copy(response, fd, 0, truncate=True, check=checks[-1])
+
+            get(whole or {}, use)
+            _verify(what, checks[-1])
             return
         os.ftruncate(fd, obj.size)
+        starts = range(0, obj.size, PART_BYTES)
+        named: dict[int, Digest | None] = {}  # part start -> the digest its answer named
         with ThreadPoolExecutor(PART_WORKERS) as pool:
-            list(pool.map(lambda start: _part(obj, start, fd, what, get, whole_hint),
-                          range(0, obj.size, PART_BYTES)))
+            parts = [pool.submit(_part, obj, start, fd, what, get, whole_hint, digest, named)
+                     for start in starts]
+            check: Check | None = None
+            for start, part in zip(starts, parts, strict=True):
+                part.result()
+                if start == 0:
+                    check = checksums.start(named[0], fast_only=True)
+                if check is not None:
+                    _hash_range(fd, start, min(start + PART_BYTES, obj.size), check)
+        _verify(what, check)
 
 
 def _part(obj: RemoteObject, start: int, fd: int, what: str, get: Get[int],
-          whole_hint: str) -> None:
+          whole_hint: str, digest: DigestOf, named: dict[int, Digest | None]) -> None:
     end = min(start + PART_BYTES, obj.size) - 1
-    got = get({"Range": f"bytes={start}-{end}", "If-Match": obj.tag},
-              lambda r: copy(_partial(r, f"{what}: bytes {start}-{end}", whole_hint), fd, start))
+
+    def use(response: Response) -> int:
+        _partial(response, f"{what}: bytes {start}-{end}", whole_hint)
+        named[start] = digest(response)
+        return copy(response, fd, start)
+
+    got = get({"Range": f"bytes={start}-{end}", "If-Match": obj.tag}, use)
     if got != end - start + 1:
         raise StorageError(f"{what}: got {got} bytes of range {start}-{end}")
+
+
+def _hash_range(fd: int, start: int, end: int, check: Check) -> None:
+    while start < end:
+        chunk = os.pread(fd, min(CHUNK_BYTES, end - start), start)
+        if not chunk:
+            break
+        check.update(chunk)
+        start += len(chunk)
+
+
+def _verify(what: str, check: Check | None) -> None:
+    problem = check.problem() if check is not None else ""
+    if problem:
+        raise StorageError(f"{what}: {problem}")
 
 
 def _partial(response: Response, what: str, whole_hint: str) -> Response:
@@ -195,13 +249,16 @@ def _partial(response: Response, what: str, whole_hint: str) -> Response:
     return response
 
 
-def copy(response: Response, fd: int, start: int, truncate: bool = False) -> int:
+def copy(response: Response, fd: int, start: int, truncate: bool = False,
+         check: Check | None = None) -> int:
     """The body into fd from offset `start`; -> bytes written. `truncate`: a whole file, whose
-    retry must not keep a failed attempt's tail."""
+    retry must not keep a failed attempt's tail. `check`: its hasher sees every byte."""
     if truncate:
         os.ftruncate(fd, start)
     written = 0
     while chunk := response.read(CHUNK_BYTES):
+        if check is not None:
+            check.update(chunk)
         view = memoryview(chunk)
         while view:
             n = os.pwrite(fd, view, start + written)

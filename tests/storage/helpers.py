@@ -233,7 +233,11 @@ class Front:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_HEAD = do_GET  # the headers of the GET's answer (boto3 heads before a download)
+            do_POST = do_GET  # an OAuth token request (answer() reads the body)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -264,7 +268,8 @@ def forward(port: int, path: str, headers: dict[str, str]) -> Answer:
     finally:
         upstream.close()
     kept = {name: value for name, value in reply.getheaders()
-            if name.lower() not in ("connection", "content-length", "server", "date")}
+            if name.lower() not in ("connection", "content-length", "server", "date",
+                                    "transfer-encoding", "keep-alive")}
     return reply.status, kept, body
 
 

@@ -250,7 +250,8 @@ def test_a_revoked_token_is_renewed_once_and_a_refused_one_is_access_denied(
         backend.read("k")
     assert str(info.value) == (f"Cannot read gs://{gs_store.bucket}/k: access denied: GET "
                                f"http://{front.host}/download/storage/v1/b/{gs_store.bucket}"
-                               f"/o/k?alt=media: Invalid Credentials")
+                               f"/o/k?<redacted>: Invalid Credentials")  # query strings
+    # never leave an error: a signed URL's carries its signature
 
 
 def test_an_unreachable_metadata_server_is_a_credentials_error(
