@@ -95,13 +95,17 @@ def raw_sweep(model_file: Path, x: np.ndarray, quick: bool
     for hint in ("LATENCY", "THROUGHPUT"):
         compiled = core.compile_model(str(model_file), "CPU", {"PERFORMANCE_HINT": hint})
         request = compiled.create_infer_request()
-        single[hint] = lambda request=request: request.infer({0: x})
+        single[hint] = _infer_call(request, x)
         _KEEP.extend((compiled, request))
         runners[hint] = {n: _queue_runner(compiled, x, n * per_level(n, quick), n)
                          for n in CLIENTS}
         rows[hint] = {n: runners[hint][n]() for n in CLIENTS}
     faster = {n: runners[max(rows, key=lambda h: rows[h][n]["rps"])][n] for n in CLIENTS}
     return rows, single, faster
+
+
+def _infer_call(request: ov.InferRequest, x: np.ndarray) -> Callable[[], object]:
+    return lambda: request.infer({0: x})
 
 
 # -- the server ------------------------------------------------------------------------------
@@ -209,7 +213,7 @@ def decode_bench(x: np.ndarray, repeat: int) -> dict[str, float]:
     parser = simdjson.Parser()
 
     def bare() -> object:
-        doc = parser.parse(tfs)
+        doc: Any = parser.parse(tfs)
         array = np.frombuffer(doc["instances"].as_buffer(of_type="d"), np.float64)
         del doc
         return array
