@@ -383,7 +383,7 @@ class ModelVersion:
     def _fill_pool(self) -> None:
         """The first variant's InferRequests (every request's, unless the version adapts)."""
         assert self._compiled is not None
-        self._pool = self._make_pool(self._compiled)
+        self._pool = self._make_pool(self._compiled, lone=self._adapts)
         kind = adaptive.LATENCY if self._adapts else adaptive.FIXED
         self._first = Variant(kind, self._compiled, self._pool, self._served(kind), self._blob)
         labels = (self.name, str(self.version))
@@ -392,13 +392,18 @@ class ModelVersion:
         metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).set(self._pool.qsize())
         metrics.STREAMS.labels(*labels).set(_streams(self._compiled))
 
-    def _make_pool(self, compiled: ov.CompiledModel) -> queue.Queue[ov.InferRequest]:
+    def _make_pool(self, compiled: ov.CompiledModel, lone: bool = False
+                   ) -> queue.Queue[ov.InferRequest]:
         """nireq InferRequests; by default OpenVINO's optimal number, and on a concurrent host
-        at least two per stream, so a stream has the next request queued when one ends."""
+        at least two per stream, so a stream has the next request queued when one ends. The
+        latency variant of an adaptive version (`lone`) only runs a request that is alone in
+        flight: one InferRequest (each holds its own activation buffers)."""
         from core import compiled_cache
 
         size = self.config.nireq or int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
-        if not self.config.nireq and compiled_cache.profile().concurrent:
+        if lone:
+            size = 1
+        elif not self.config.nireq and compiled_cache.profile().concurrent:
             size = max(size, 2 * _streams(compiled))
         pool: queue.Queue[ov.InferRequest] = queue.Queue()
         for _ in range(max(size, 1)):
