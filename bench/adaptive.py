@@ -323,6 +323,8 @@ def targets(doc: dict[str, Any]) -> dict[str, Any]:
             f"{json_e2e['kserve_json_p50_ms'] / json_e2e['binary_p50_ms']:.2f} (KServe)"
             f" (target <= 1.10)",
         "adaptive extra RSS / weights": doc["rss"]["summary"],
+        "launch to first answer s (fixed, adaptive)":
+            ", ".join(f"{doc['first_answer_s'][k]:.2f}" for k in ("fixed", "adaptive")),
     }
 
 
@@ -337,12 +339,14 @@ def main(argv: list[str] | None = None) -> int:
     payload = cases.Payload(MODEL, x, b"")
     raw, raw_single, faster = raw_sweep(model_file, x, args.quick)
     doc["raw"] = raw
-    doc["served"], doc["rss_mb"] = {}, {}
+    doc["served"], doc["rss_mb"], doc["first_answer_s"] = {}, {}, {}
     for label in ("fixed", "adaptive"):
+        launched = time.perf_counter()
         with server(configs[label], root / f"{label}.log") as (port, pid):
             binary = cases.rest_cases(port, payload, (cases.REST_KSERVE_BINARY,))
             factory = binary[cases.REST_KSERVE_BINARY]
             factory()()
+            doc["first_answer_s"][label] = time.perf_counter() - launched
             deadline = time.monotonic() + 60
             while label == "adaptive" and streams(port) < 2 and time.monotonic() < deadline:
                 time.sleep(0.2)  # the throughput variant compiles after the first answer
