@@ -502,7 +502,7 @@ class ModelVersion:
                 self._first.served.inc()
             return self._batcher.infer(feed)
         first = self._first
-        if first is None:  # released between serving()'s check and here
+        if first is None:  # never built a pool (serving() only admits a loaded version)
             raise ModelNotReadyError(
                 f"Model with requested version is not loaded yet - name: {self.name}; "
                 f"version: {self.version}")
