@@ -21,14 +21,15 @@ TEXTS = ["A man is eating food.", "A man is riding a horse."]
 
 
 def link_version(source: Path, dest: Path, **graph: str) -> Path:
-    """dest holding source's files (symlinked); `graph` replaces graph.pbtxt's options."""
+    """dest holding source's files (hard links: a symlink out of a base path is refused, and
+    copies of the weights would be slow); `graph` replaces graph.pbtxt's options."""
     dest.mkdir(parents=True)
     for path in source.rglob("*"):
         target = dest / path.relative_to(source)
         if path.is_dir():
             target.mkdir(exist_ok=True)
         elif path.name != "graph.pbtxt" or not graph:
-            os.symlink(path, target)
+            os.link(path, target)
     if graph:
         from demo.bert_export import graph_pbtxt
 
