@@ -250,7 +250,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     elif args.command == "serve" and "OVS_RELOAD_INTERVAL" not in os.environ:
         overrides["reload_interval"] = 1.0  # OVMS's default poll for long-running servers
     if args.command == "serve" and "OVS_CONCURRENT" not in os.environ:
-        overrides["concurrent"] = True  # threads and gRPC: THROUGHPUT streams
+        overrides["concurrent"] = True  # threads and gRPC: adaptive LATENCY/THROUGHPUT
     if args.command == "export-blobs":  # compile now; write only to OUT
         overrides.update(lazy_load=False, export_blobs=False)
         if args.concurrent:
