@@ -3,7 +3,6 @@ azure.functions.HttpRequest objects, as the worker calls it."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -15,15 +14,14 @@ from azure.functions.decorators.function_app import Function
 
 import core.api
 import core.logs
+from handlers import azure_functions
 from tests.handlers.conftest import AzureContext, kserve_binary
 
 
 @pytest.fixture
 def azure(serving_env: pytest.MonkeyPatch) -> Function:
     """The one registered function (get_functions() may run once per app, as in the worker)."""
-    import handlers.azure_functions
-
-    (function,) = importlib.reload(handlers.azure_functions).app.get_functions()
+    (function,) = azure_functions.build().get_functions()
     return function
 
 
@@ -44,10 +42,7 @@ def test_registration(azure: Function) -> None:
 
 def test_auth_level_from_env(serving_env: pytest.MonkeyPatch) -> None:
     serving_env.setenv("OVS_AZURE_AUTH_LEVEL", "function")
-    import handlers.azure_functions
-
-    module = importlib.reload(handlers.azure_functions)
-    (function,) = module.app.get_functions()
+    (function,) = azure_functions.build().get_functions()
     trigger: Any = function.get_trigger()
     assert trigger.auth_level == func.AuthLevel.FUNCTION
 
