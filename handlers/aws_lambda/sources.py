@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote_plus
@@ -46,24 +47,32 @@ class Limit:
     source: str
 
 
-class Source:
+class Source(ABC):
     """An event source family. `matches` recognizes its events; `request` and `reply`
-    translate; `label` names it and `payload` is its platform limit in bytes."""
+    translate; `label` names it in messages and `payload` is its platform limit in bytes."""
 
-    label = "direct Invoke, Lambda's 6 MB payload"
+    label: str
     payload = LAMBDA_PAYLOAD
 
     @staticmethod
+    @abstractmethod
     def matches(event: Any) -> bool:
-        raise NotImplementedError
+        """True when `event` has this source's shape."""
 
+    @abstractmethod
     def request(self, event: Any, limit: Limit) -> Request:
-        raise NotImplementedError
+        """The request for the core router; a body over `limit` raises PayloadTooLargeError
+        and an event that is no request InvalidInputError."""
 
     def reply(self, event: Any, response: Response) -> Event:
+        """The reply the platform expects for `event`; a binary body goes base64."""
         body, encoded = _reply_body(response)
-        return {"statusCode": response.status, "headers": dict(response.headers),
-                "body": body, "isBase64Encoded": encoded}
+        return {
+            "statusCode": response.status,
+            "headers": dict(response.headers),
+            "body": body,
+            "isBase64Encoded": encoded,
+        }
 
     def limit(self, configured: int) -> Limit:
         """The request body limit: OVS_MAX_REQUEST_BYTES (`configured`) or the platform's,
@@ -80,7 +89,8 @@ class Source:
             return None
         return PayloadTooLargeError(
             f"Response of {size} bytes exceeds the limit of {self.payload} bytes "
-            f"({self.label}): ask for fewer or smaller outputs, or a smaller batch")
+            f"({self.label}): ask for fewer or smaller outputs, or a smaller batch"
+        )
 
 
 class RestV1(Source):
@@ -93,8 +103,13 @@ class RestV1(Source):
         return "httpMethod" in event
 
     def request(self, event: Event, limit: Limit) -> Request:
-        return make_request(event["httpMethod"], self.path(event), _body(event, limit),
-                            headers(event), self.query(event))
+        return make_request(
+            event["httpMethod"],
+            self.path(event),
+            _body(event, limit),
+            headers(event),
+            self.query(event),
+        )
 
     def path(self, event: Event) -> str:
         # `path` normally lacks the stage (requestContext.path has it); a custom domain mapped
@@ -137,9 +152,12 @@ class Alb(RestV1):
 
     def reply(self, event: Event, response: Response) -> Event:
         body, encoded = _reply_body(response)
-        reply: Event = {"statusCode": response.status,
-                        "statusDescription": f"{response.status} {reason_phrase(response.status)}",
-                        "body": body, "isBase64Encoded": encoded}
+        reply: Event = {
+            "statusCode": response.status,
+            "statusDescription": f"{response.status} {reason_phrase(response.status)}",
+            "body": body,
+            "isBase64Encoded": encoded,
+        }
         if "multiValueHeaders" in event:
             reply["multiValueHeaders"] = {k: [v] for k, v in response.headers.items()}
         else:
@@ -175,6 +193,8 @@ class DirectInvoke(Source):
     "method": "POST", "headers": {...}, "body": "<text>" or a JSON value, "isBase64Encoded":
     false} (method defaults to POST with a body, GET without)."""
 
+    label = "direct Invoke, Lambda's 6 MB payload"
+
     @staticmethod
     def matches(event: Any) -> bool:
         return True
@@ -183,15 +203,21 @@ class DirectInvoke(Source):
         if not isinstance(event, dict) or not isinstance(event.get("path"), str):
             raise InvalidInputError(
                 'A direct Invoke event must be {"path": "/v1/models/NAME:predict", '
-                '"method": "POST", "body": ...}')
+                '"method": "POST", "body": ...}'
+            )
         body = event.get("body")
         if body is not None and not isinstance(body, str):
             event = {**event, "body": orjson.dumps(body).decode(), "isBase64Encoded": False}
-        method = event.get("method") or event.get("httpMethod") or (
-            "GET" if body is None else "POST")
-        return make_request(method, event["path"], _body(event, limit),
-                            {k.lower(): str(v) for k, v in (event.get("headers") or {}).items()},
-                            {k: str(v) for k, v in (event.get("query") or {}).items()})
+        method = (
+            event.get("method") or event.get("httpMethod") or ("GET" if body is None else "POST")
+        )
+        return make_request(
+            method,
+            event["path"],
+            _body(event, limit),
+            {k.lower(): str(v) for k, v in (event.get("headers") or {}).items()},
+            {k: str(v) for k, v in (event.get("query") or {}).items()},
+        )
 
 
 SOURCES: tuple[Source, ...] = (Alb(), HttpV2(), RestV1(), DirectInvoke())
@@ -230,8 +256,9 @@ def _body(event: Event, limit: Limit) -> bytes:
         try:
             return base64.b64decode(text, validate=True)
         except binascii.Error:
-            raise InvalidInputError("Event body is flagged isBase64Encoded but is not base64") \
-                from None
+            raise InvalidInputError(
+                "Event body is flagged isBase64Encoded but is not base64"
+            ) from None
     _check_size(len(text), limit)  # characters <= utf-8 bytes: no encoding before the check
     return text.encode()
 
@@ -239,8 +266,7 @@ def _body(event: Event, limit: Limit) -> bytes:
 def _check_size(size: int, limit: Limit) -> None:
     if size > limit.size:
         raise PayloadTooLargeError(
-            f"Request body of {size} bytes exceeds the limit of {limit.size} bytes "
-            f"({limit.source})"
+            f"Request body of {size} bytes exceeds the limit of {limit.size} bytes ({limit.source})"
         )
 
 
@@ -252,5 +278,5 @@ def _reply_body(response: Response) -> tuple[str, bool]:
 
 def _strip_prefix(path: str, prefix: str) -> str:
     if path == prefix or path.startswith(prefix + "/"):
-        return path[len(prefix):] or "/"
+        return path[len(prefix) :] or "/"
     return path

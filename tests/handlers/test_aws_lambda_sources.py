@@ -33,20 +33,23 @@ JSON_REPLY = Response(200, b'{"ok":true}', {"content-type": "application/json", 
 BINARY_REPLY = Response(200, b"\x00\xff", {"content-type": "application/octet-stream"})
 
 
-@pytest.mark.parametrize(("name", "cls"), [
-    ("powertools/apiGatewayProxyEvent", RestV1),
-    ("sam-cli-rendered/AwsProxy", RestV1),
-    ("powertools/apiGatewayProxyV2Event", HttpV2),
-    ("powertools/apiGatewayProxyV2Event_GET", HttpV2),
-    ("sam-cli-rendered/HttpApi", HttpV2),
-    ("powertools/lambdaFunctionUrlEvent", HttpV2),
-    ("powertools/lambdaFunctionUrlIAMEvent", HttpV2),
-    ("powertools/lambdaFunctionUrlEventWithHeaders", HttpV2),
-    ("powertools/albEvent", Alb),
-    ("powertools/albMultiValueHeadersEvent", Alb),
-    ("powertools/albMultiValueQueryStringEvent", Alb),
-    ("sam-cli-rendered/ALBRequest", Alb),
-])
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        ("powertools/apiGatewayProxyEvent", RestV1),
+        ("sam-cli-rendered/AwsProxy", RestV1),
+        ("powertools/apiGatewayProxyV2Event", HttpV2),
+        ("powertools/apiGatewayProxyV2Event_GET", HttpV2),
+        ("sam-cli-rendered/HttpApi", HttpV2),
+        ("powertools/lambdaFunctionUrlEvent", HttpV2),
+        ("powertools/lambdaFunctionUrlIAMEvent", HttpV2),
+        ("powertools/lambdaFunctionUrlEventWithHeaders", HttpV2),
+        ("powertools/albEvent", Alb),
+        ("powertools/albMultiValueHeadersEvent", Alb),
+        ("powertools/albMultiValueQueryStringEvent", Alb),
+        ("sam-cli-rendered/ALBRequest", Alb),
+    ],
+)
 def test_detect_by_shape(name: str, cls: type) -> None:
     assert type(detect(load_event(name))) is cls
 
@@ -82,10 +85,13 @@ def test_rest_v1_base64_body_and_stage() -> None:
 def test_rest_v1_reply() -> None:
     event = load_event("powertools/apiGatewayProxyEvent")
     reply = RestV1().reply(event, JSON_REPLY)
-    assert reply == {"statusCode": 200, "headers": {"content-type": "application/json",
-                                                    "x-a": "1"},
-                     "multiValueHeaders": {"content-type": ["application/json"], "x-a": ["1"]},
-                     "body": '{"ok":true}', "isBase64Encoded": False}
+    assert reply == {
+        "statusCode": 200,
+        "headers": {"content-type": "application/json", "x-a": "1"},
+        "multiValueHeaders": {"content-type": ["application/json"], "x-a": ["1"]},
+        "body": '{"ok":true}',
+        "isBase64Encoded": False,
+    }
 
 
 def test_http_v2_request() -> None:
@@ -113,8 +119,12 @@ def test_function_url_request_and_reply() -> None:
     request = HttpV2().request(event, WIDE)
     assert (request.method, request.path, request.body, request.query) == ("GET", "/", b"", {})
     reply = HttpV2().reply(event, BINARY_REPLY)
-    assert reply == {"statusCode": 200, "headers": {"content-type": "application/octet-stream"},
-                     "body": base64.b64encode(b"\x00\xff").decode(), "isBase64Encoded": True}
+    assert reply == {
+        "statusCode": 200,
+        "headers": {"content-type": "application/octet-stream"},
+        "body": base64.b64encode(b"\x00\xff").decode(),
+        "isBase64Encoded": True,
+    }
 
 
 def test_alb_request() -> None:
@@ -123,12 +133,14 @@ def test_alb_request() -> None:
     assert request.query == {"query": "1234ABCD"}
     event = load_event("powertools/albMultiValueQueryStringEvent")
     event["multiValueQueryStringParameters"]["q"] = ["a%20b%2Fc"]  # ALB does not decode
-    assert Alb().request(event, WIDE).query == {"parameter1": "value2", "parameter2": "value",
-                                                "q": "a b/c"}
+    assert Alb().request(event, WIDE).query == {
+        "parameter1": "value2",
+        "parameter2": "value",
+        "q": "a b/c",
+    }
     request = Alb().request(load_event("powertools/albMultiValueHeadersEvent"), WIDE)
     assert request.headers["user-agent"] == "curl/7.79.1"
-    assert Alb().request(load_event("sam-cli-rendered/ALBRequest"), WIDE).body == \
-        b'{"test":"body"}'
+    assert Alb().request(load_event("sam-cli-rendered/ALBRequest"), WIDE).body == b'{"test":"body"}'
 
 
 def test_alb_reply_keeps_the_events_header_form() -> None:
@@ -136,20 +148,21 @@ def test_alb_reply_keeps_the_events_header_form() -> None:
     assert single["statusDescription"] == "200 OK"
     assert single["headers"] == {"content-type": "application/json", "x-a": "1"}
     assert "multiValueHeaders" not in single
-    multi = Alb().reply(load_event("powertools/albMultiValueHeadersEvent"),
-                        Response(404, b"{}"))
+    multi = Alb().reply(load_event("powertools/albMultiValueHeadersEvent"), Response(404, b"{}"))
     assert multi["statusDescription"] == "404 Not Found"
     assert multi["multiValueHeaders"] == {"content-type": ["application/json"]}
     assert "headers" not in multi
 
 
 def test_direct_invoke() -> None:
-    request = DirectInvoke().request({"path": "/v1/models/m:predict",
-                                      "body": {"instances": [[1]]}}, WIDE)
+    request = DirectInvoke().request(
+        {"path": "/v1/models/m:predict", "body": {"instances": [[1]]}}, WIDE
+    )
     assert (request.method, request.path) == ("POST", "/v1/models/m:predict")
     assert orjson.loads(request.body) == {"instances": [[1]]}
-    request = DirectInvoke().request({"path": "/v2/models/m", "headers": {"X-A": 1},
-                                      "query": {"n": 2}}, WIDE)
+    request = DirectInvoke().request(
+        {"path": "/v2/models/m", "headers": {"X-A": 1}, "query": {"n": 2}}, WIDE
+    )
     assert (request.method, request.body) == ("GET", b"")
     assert request.headers == {"x-a": "1"} and request.query == {"n": "2"}
     with pytest.raises(InvalidInputError, match='"path"'):
@@ -164,8 +177,9 @@ def test_request_limits_name_the_source() -> None:
     for encoded in (False, True):
         event.update(body="QUJD" * 300, isBase64Encoded=encoded)  # 1200 chars, 900 bytes
         size = 900 if encoded else 1200
-        with pytest.raises(PayloadTooLargeError, match=f"{size} bytes exceeds the limit of "
-                                                       "899 bytes"):
+        with pytest.raises(
+            PayloadTooLargeError, match=f"{size} bytes exceeds the limit of 899 bytes"
+        ):
             Alb().request(event, Limit(899, "ALB"))
     event.update(body="!" * 4000, isBase64Encoded=True)  # over the limit: 413, never decoded
     with pytest.raises(PayloadTooLargeError):
@@ -193,15 +207,28 @@ def test_headers_of_any_event() -> None:
 
 def test_importing_the_package_does_no_work() -> None:
     """No environment read, no logging set up, no App built: only the Lambda bootstrap's
-    lookup of `handler` runs the init phase."""
+    lookup of `handler` runs the init phase, once."""
     probe = (
         "import json, logging, sys, core.api\n"
         "import handlers.aws_lambda.sources, handlers.aws_lambda as aws\n"
         "print(json.dumps([core.api._default_app is None, logging.getLogger().handlers == [],\n"
         "                  'handlers.snapstart' in sys.modules, 'handler' in vars(aws)]))\n"
+        "sys.stdout.flush(); sys.stderr.write('imported\\n'); sys.stderr.flush()\n"
+        "print(json.dumps([aws.handler is aws.handler, 'handlers.snapstart' in sys.modules,\n"
+        "                  'handler' in vars(aws), callable(aws.handler)]))\n"
     )
     env = {"PYTHONPATH": str(ROOT), "OVS_CONFIG_PATH": "/nonexistent/config.json"}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
-                         text=True, timeout=120, check=True)
-    assert json.loads(out.stdout) == [True, True, False, False]
-    assert out.stderr == ""
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    imported, looked_up = out.stdout.splitlines()
+    assert json.loads(imported) == [True, True, False, False]
+    assert json.loads(looked_up) == [True, True, True, True]
+    before, after = out.stderr.split("imported\n")
+    assert before == ""  # nothing logged on import
+    assert after.count("Not serving") == 1  # the init phase ran once, and did not raise
