@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import azure.functions as func
 
-from core.api import error_response, make_request
+from core.api import Response, error_response, make_request
 from core.errors import ServerNotReadyError, ServingError
 from handlers import startup
 
@@ -50,25 +50,31 @@ def build() -> func.FunctionApp:
 
     @app.route(route="{*path}", methods=list(func.HttpMethod))
     def serve(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
-        if "path" in req.route_params:
-            path = "/" + (req.route_params["path"] or "")
-        else:
-            path = urlsplit(req.url).path or "/"
         if auth_error is not None:
-            response = error_response(auth_error)
-        else:
-            try:
-                response = startup.app().handle(make_request(
-                    req.method, path, req.get_body(), dict(req.headers), dict(req.params),
-                    context.invocation_id))
-            except ServingError as exc:
-                response = error_response(exc)
-        content_type = response.headers.get("content-type", "application/octet-stream")
-        return func.HttpResponse(response.body, status_code=response.status,
-                                 headers=dict(response.headers),
-                                 mimetype=content_type.split(";")[0])
+            return _reply(error_response(auth_error))
+        return _reply(_handle(req, context))
 
     return app
+
+
+def _handle(req: func.HttpRequest, context: func.Context) -> Response:
+    if "path" in req.route_params:
+        path = "/" + (req.route_params["path"] or "")
+    else:
+        path = urlsplit(req.url).path or "/"
+    try:
+        return startup.app().handle(make_request(
+            req.method, path, req.get_body(), dict(req.headers), dict(req.params),
+            context.invocation_id))
+    except ServingError as exc:
+        return error_response(exc)
+
+
+def _reply(response: Response) -> func.HttpResponse:
+    content_type = response.headers.get("content-type", "application/octet-stream")
+    return func.HttpResponse(response.body, status_code=response.status,
+                             headers=dict(response.headers),
+                             mimetype=content_type.split(";")[0])
 
 
 if TYPE_CHECKING:

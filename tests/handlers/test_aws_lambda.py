@@ -235,7 +235,7 @@ def _servables(app: core.api.App) -> dict[str, tuple[object, dict[str, float]]]:
 def test_init_phase_builds_app_and_warm_calls_reuse_it(
         aws: LambdaHandler, capsys: pytest.CaptureFixture[str]) -> None:
     app = core.api._default_app
-    assert app is not None  # compiled during import = the Lambda init phase
+    assert app is not None  # compiled by build() = the Lambda init phase
     before = _servables(app)
     assert all(timings["compile_s"] > 0 for _, timings in before.values())
     event = load_event("powertools/apiGatewayProxyV2Event", "/v1/models/scaler:predict",

@@ -40,7 +40,7 @@ def test_registration(azure: Function) -> None:
     trigger: Any = azure.get_trigger()
     assert trigger.route == "{*path}" and trigger.auth_level == func.AuthLevel.ANONYMOUS
     assert {"GET", "POST"} <= {str(m) for m in trigger.methods}
-    assert core.api._default_app is not None  # built at import (worker indexing)
+    assert core.api._default_app is not None  # built by build() (worker indexing)
 
 
 def test_importing_the_module_does_no_work() -> None:

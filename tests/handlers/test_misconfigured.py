@@ -1,8 +1,9 @@
 """A misconfigured instance starts anyway and answers every request 503, naming the setting.
 
-Lambda: the init phase (module import) must not raise, or the platform retries the init on
-every invoke and answers 502. functions-framework: the server starts. Azure: the worker's
-indexing (module import, then app.get_functions()) still finds the function.
+Lambda: the init phase (build(), run on the bootstrap's lookup of the handler) must not raise,
+or the platform retries the init on every invoke and answers 502. functions-framework: the
+server starts. Azure: the worker's indexing (build() on the lookup of app, then
+app.get_functions()) still finds the function.
 """
 
 from __future__ import annotations
