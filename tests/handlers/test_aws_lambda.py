@@ -20,11 +20,6 @@ from handlers.aws_lambda import LambdaHandler, build
 from handlers.aws_lambda.sources import (
     ALB_PAYLOAD,
     LAMBDA_PAYLOAD,
-    Alb,
-    HttpV2,
-    Limit,
-    RestV1,
-    detect,
 )
 from tests.handlers.conftest import (
     LambdaContext,
@@ -83,26 +78,6 @@ def test_reply_shape_matches_the_source(aws: LambdaHandler, name: str) -> None:
                               "isBase64Encoded"}
     else:
         assert set(reply) == {"statusCode", "headers", "body", "isBase64Encoded"}
-
-
-def test_detection_and_request_translation() -> None:
-    expected = {"powertools/apiGatewayProxyEvent": RestV1,
-                "powertools/apiGatewayProxyV2Event": HttpV2,
-                "powertools/lambdaFunctionUrlEvent": HttpV2,
-                "powertools/albMultiValueHeadersEvent": Alb}
-    for name, cls in expected.items():
-        assert type(detect(load_event(name))) is cls
-    v1 = load_event("powertools/apiGatewayProxyEvent")
-    request = RestV1().request(v1, Limit(1 << 20, "test"))
-    assert request.headers["header2"] == "value1,value2"  # from multiValueHeaders
-    assert request.query == {"parameter1": "value2", "parameter2": "value"}
-    alb = load_event("powertools/albMultiValueQueryStringEvent")
-    alb["multiValueQueryStringParameters"]["q"] = ["a%20b%2Fc"]  # ALB does not decode
-    assert Alb().request(alb, Limit(1 << 20, "test")).query["q"] == "a b/c"
-    v2 = HttpV2().request(load_event("powertools/apiGatewayProxyV2Event"),
-                          Limit(1 << 20, "test"))
-    assert v2.query == {"parameter1": "value2", "parameter2": "value"}
-    assert v2.headers["cookie"] == "cookie1; cookie2"
 
 
 def test_stage_prefixes_are_stripped(aws: LambdaHandler, serving_env: pytest.MonkeyPatch) -> None:

@@ -60,6 +60,27 @@ def test_anything_else_is_a_direct_invoke() -> None:
     assert type(SOURCES[-1]) is DirectInvoke
 
 
+def test_detection_and_request_translation() -> None:
+    expected = {
+        "powertools/apiGatewayProxyEvent": RestV1,
+        "powertools/apiGatewayProxyV2Event": HttpV2,
+        "powertools/lambdaFunctionUrlEvent": HttpV2,
+        "powertools/albMultiValueHeadersEvent": Alb,
+    }
+    for name, cls in expected.items():
+        assert type(detect(load_event(name))) is cls
+    v1 = load_event("powertools/apiGatewayProxyEvent")
+    request = RestV1().request(v1, Limit(1 << 20, "test"))
+    assert request.headers["header2"] == "value1,value2"  # from multiValueHeaders
+    assert request.query == {"parameter1": "value2", "parameter2": "value"}
+    alb = load_event("powertools/albMultiValueQueryStringEvent")
+    alb["multiValueQueryStringParameters"]["q"] = ["a%20b%2Fc"]  # ALB does not decode
+    assert Alb().request(alb, Limit(1 << 20, "test")).query["q"] == "a b/c"
+    v2 = HttpV2().request(load_event("powertools/apiGatewayProxyV2Event"), Limit(1 << 20, "test"))
+    assert v2.query == {"parameter1": "value2", "parameter2": "value"}
+    assert v2.headers["cookie"] == "cookie1; cookie2"
+
+
 def test_rest_v1_request() -> None:
     request = RestV1().request(load_event("powertools/apiGatewayProxyEvent"), WIDE)
     assert (request.method, request.path) == ("GET", "/my/path")
