@@ -11,6 +11,9 @@ worker and a LATENCY one runs on a single core. Without a fork (a test client) t
 builds it. When it cannot be built (no models configured, a malformed OVS_* value), the
 server still starts and every request answers 503 with the reason (handlers.startup). Logs:
 JSON lines at OVS_LOG_LEVEL.
+
+functions-framework loads this file (its source) and has no init hook of its own, so loading
+it runs `setup()` once: logging, gunicorn's options, the fork hooks. It builds no App.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from core.errors import PayloadTooLargeError, ServingError
 from handlers import startup
 
 log = logging.getLogger("ov_serverless.cloud_run")
-startup.configure_logging(startup.settings().log_level)
 
 
 def _no_control_socket() -> None:
@@ -41,9 +43,6 @@ def _no_control_socket() -> None:
     except ImportError:  # an older gunicorn, or none (Windows: functions-framework uses flask's)
         return
     ControlSocketDisable.default = True
-
-
-_no_control_socket()
 
 
 _forked_by_main_thread = False
@@ -69,7 +68,11 @@ def _load() -> None:
         log.exception("Loading the models failed")
 
 
-os.register_at_fork(before=_before_fork, after_in_child=_load_in_background)
+def setup() -> None:
+    """What loading this module sets up for the process functions-framework serves from."""
+    startup.configure_logging(startup.settings().log_level)
+    _no_control_socket()
+    os.register_at_fork(before=_before_fork, after_in_child=_load_in_background)
 
 
 @functions_framework.http
@@ -96,3 +99,6 @@ def _request_id(request: flask.Request) -> str:
     """The trace id Cloud Run puts on every request, else functions-framework's execution id."""
     trace = request.headers.get("X-Cloud-Trace-Context", "").split("/", 1)[0]
     return trace or request.headers.get("Function-Execution-Id", "")
+
+
+setup()

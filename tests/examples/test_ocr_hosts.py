@@ -27,6 +27,7 @@ import requests
 import core.api
 from demo.serve_repository import ocr_hint, write_serve_repository
 from examples.ocr.build import SAMPLE_LINES
+from handlers import aws_lambda, azure_functions
 from tests.conftest import ServerFactory
 from tests.core.helpers import free_port
 from tests.handlers.conftest import (
@@ -106,26 +107,22 @@ def _readme_answer() -> dict[str, list[object]]:
 
 def test_lambda_function_url_event_with_the_jpeg(host_env: pytest.MonkeyPatch,
                                                  serve_root: Path) -> None:
-    import handlers.aws_lambda
-
-    aws = importlib.reload(handlers.aws_lambda)
+    handler = aws_lambda.build()
     body = (serve_root / "ocr_request.json").read_bytes()
     event = load_event("powertools/lambdaFunctionUrlEvent", PREDICT, body, base64=True,
                        method="POST", headers={"content-type": "application/json"})
-    reply = aws.handler(event, LambdaContext())
+    reply = handler(event, LambdaContext())
     assert reply["statusCode"] == 200, reply_body(reply)[:300]
     assert list(json.loads(reply_body(reply))["outputs"]["texts"]) == WORDS
 
     blank = load_event("powertools/lambdaFunctionUrlEvent", PREDICT,
                        json.dumps({"inputs": {"image": [{"b64": _blank_jpeg()}]}}),
                        base64=True, method="POST")
-    assert aws.handler(blank, LambdaContext())["statusCode"] == 204
+    assert handler(blank, LambdaContext())["statusCode"] == 204
 
 
 def test_azure_function(host_env: pytest.MonkeyPatch, serve_root: Path) -> None:
-    import handlers.azure_functions
-
-    (function,) = importlib.reload(handlers.azure_functions).app.get_functions()
+    (function,) = azure_functions.build().get_functions()
     request = func.HttpRequest("POST", "https://ovs.azurewebsites.net" + PREDICT,
                                body=(serve_root / "ocr_request.json").read_bytes(),
                                headers={"content-type": "application/json"},

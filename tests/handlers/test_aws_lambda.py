@@ -1,15 +1,13 @@
 """handlers.aws_lambda with real sample events: every source, base64, stages, limits, warm state.
 
-Each test re-imports the handler module after setting OVS_* env, so the module-level init
-(default_app() in the Lambda init phase) is what runs, exactly as in a fresh instance.
+Each test builds a handler after setting OVS_* env (`handlers.aws_lambda.build()`, what the
+Lambda init phase runs), exactly as in a fresh instance.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -18,6 +16,11 @@ import pytest
 
 import core.api
 import core.logs
+from handlers.aws_lambda import LambdaHandler, build
+from handlers.aws_lambda.sources import (
+    ALB_PAYLOAD,
+    LAMBDA_PAYLOAD,
+)
 from tests.handlers.conftest import (
     LambdaContext,
     kserve_binary,
@@ -36,20 +39,18 @@ SCALER_BODY = b'{"instances": [[1.0, 2.0, 3.0, 4.0]]}'
 
 
 @pytest.fixture
-def aws(serving_env: pytest.MonkeyPatch) -> ModuleType:
-    import handlers.aws_lambda
-
-    return importlib.reload(handlers.aws_lambda)
+def aws(serving_env: pytest.MonkeyPatch) -> LambdaHandler:
+    return build()
 
 
-def invoke(module: ModuleType, event: dict[str, Any]) -> dict[str, Any]:
-    reply: dict[str, Any] = module.handler(event, LambdaContext())
+def invoke(handler: LambdaHandler, event: dict[str, Any]) -> dict[str, Any]:
+    reply: dict[str, Any] = handler(event, LambdaContext())
     json.dumps(reply)  # the runtime serializes the reply: it must be plain JSON
     return reply
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_every_source_routes_metadata_and_predict(aws: ModuleType, name: str) -> None:
+def test_every_source_routes_metadata_and_predict(aws: LambdaHandler, name: str) -> None:
     meta = invoke(aws, load_event(name, "/v2/models/classifier", method="GET"))
     assert meta["statusCode"] == 200
     assert orjson.loads(reply_body(meta))["inputs"][0]["shape"] == [-1, 3, 224, 224]
@@ -64,7 +65,7 @@ def test_every_source_routes_metadata_and_predict(aws: ModuleType, name: str) ->
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_reply_shape_matches_the_source(aws: ModuleType, name: str) -> None:
+def test_reply_shape_matches_the_source(aws: LambdaHandler, name: str) -> None:
     event = load_event(name, "/v2/models/classifier/ready", method="GET")
     reply = invoke(aws, event)
     assert reply["statusCode"] == 200
@@ -79,27 +80,7 @@ def test_reply_shape_matches_the_source(aws: ModuleType, name: str) -> None:
         assert set(reply) == {"statusCode", "headers", "body", "isBase64Encoded"}
 
 
-def test_detection_and_request_translation(aws: ModuleType) -> None:
-    expected = {"powertools/apiGatewayProxyEvent": aws.RestV1,
-                "powertools/apiGatewayProxyV2Event": aws.HttpV2,
-                "powertools/lambdaFunctionUrlEvent": aws.HttpV2,
-                "powertools/albMultiValueHeadersEvent": aws.Alb}
-    for name, cls in expected.items():
-        assert type(aws.detect(load_event(name))) is cls
-    v1 = load_event("powertools/apiGatewayProxyEvent")
-    request = aws.RestV1().request(v1, aws.Limit(1 << 20, "test"))
-    assert request.headers["header2"] == "value1,value2"  # from multiValueHeaders
-    assert request.query == {"parameter1": "value2", "parameter2": "value"}
-    alb = load_event("powertools/albMultiValueQueryStringEvent")
-    alb["multiValueQueryStringParameters"]["q"] = ["a%20b%2Fc"]  # ALB does not decode
-    assert aws.Alb().request(alb, aws.Limit(1 << 20, "test")).query["q"] == "a b/c"
-    v2 = aws.HttpV2().request(load_event("powertools/apiGatewayProxyV2Event"),
-                             aws.Limit(1 << 20, "test"))
-    assert v2.query == {"parameter1": "value2", "parameter2": "value"}
-    assert v2.headers["cookie"] == "cookie1; cookie2"
-
-
-def test_stage_prefixes_are_stripped(aws: ModuleType, serving_env: pytest.MonkeyPatch) -> None:
+def test_stage_prefixes_are_stripped(aws: LambdaHandler, serving_env: pytest.MonkeyPatch) -> None:
     # REST v1 via execute-api: `path` lacks the stage, requestContext.path has it.
     event = load_event("sam-cli-rendered/AwsProxy", "/v2/models/classifier", method="GET")
     assert event["requestContext"]["path"] == "/prod/v2/models/classifier"
@@ -119,7 +100,7 @@ def test_stage_prefixes_are_stripped(aws: ModuleType, serving_env: pytest.Monkey
     # OVS_BASE_PATH (API mapping key, CloudFront path) is stripped by the core router.
     serving_env.setenv("OVS_BASE_PATH", "/ml/")
     serving_env.setattr(core.api, "_default_app", None)
-    aws = importlib.reload(aws)
+    aws = build()
     url = load_event("powertools/lambdaFunctionUrlEvent", "/ml/v2/models/classifier")
     assert invoke(aws, url)["statusCode"] == 200
 
@@ -129,7 +110,7 @@ def load_event_from(event: dict[str, Any], raw_path: str) -> dict[str, Any]:
     return event
 
 
-def test_binary_kserve_reply_is_base64(aws: ModuleType, tensor: np.ndarray,
+def test_binary_kserve_reply_is_base64(aws: LambdaHandler, tensor: np.ndarray,
                                        reference: Callable[[np.ndarray], np.ndarray]) -> None:
     body, headers = kserve_binary(tensor)
     event = load_event("powertools/lambdaFunctionUrlEvent", "/v2/models/classifier/infer", body,
@@ -147,10 +128,8 @@ def test_binary_kserve_reply_is_base64(aws: ModuleType, tensor: np.ndarray,
 
 def test_oversized_body_is_413_before_decoding(serving_env: pytest.MonkeyPatch) -> None:
     serving_env.setenv("AWS_LAMBDA_FUNCTION_NAME", "ovs")  # the Lambda default limit applies
-    import handlers.aws_lambda
-
-    aws = importlib.reload(handlers.aws_lambda)
-    limit = aws.SETTINGS.max_request_bytes
+    aws = build()
+    limit = aws.settings.max_request_bytes
     assert limit < 6 * 1024 * 1024
     garbage = "!" * (limit * 4 // 3 + 4096)  # not base64: only a size check answers 413
     for name in ("sam-cli-rendered/HttpApi", "sam-cli-rendered/AwsProxy", "powertools/albEvent"):
@@ -160,7 +139,7 @@ def test_oversized_body_is_413_before_decoding(serving_env: pytest.MonkeyPatch) 
             reply = invoke(aws, event)
             assert reply["statusCode"] == 413
             message = orjson.loads(reply_body(reply))["error"]
-            wanted = min(limit, aws.ALB_PAYLOAD) if "alb" in name else limit
+            wanted = min(limit, ALB_PAYLOAD) if "alb" in name else limit
             assert f"exceeds the limit of {wanted} bytes" in message
 
 
@@ -170,39 +149,39 @@ def _rows(count: int) -> bytes:
 
 
 @pytest.mark.parametrize("name", ALB + ALB_MULTI)
-def test_alb_request_over_1_mb_is_413_naming_the_alb(aws: ModuleType, name: str) -> None:
+def test_alb_request_over_1_mb_is_413_naming_the_alb(aws: LambdaHandler, name: str) -> None:
     body = _rows(150_000)  # 1.5 MB: fine through the 6 MB sources, too large for an ALB
-    assert aws.ALB_PAYLOAD < len(body) < aws.SETTINGS.max_request_bytes
+    assert ALB_PAYLOAD < len(body) < aws.settings.max_request_bytes
     reply = invoke(aws, load_event(name, "/v1/models/scaler:predict", body, method="POST"))
     assert reply["statusCode"] == 413
     message = orjson.loads(reply_body(reply))["error"]
-    assert f"limit of {aws.ALB_PAYLOAD} bytes" in message and "ALB" in message
+    assert f"limit of {ALB_PAYLOAD} bytes" in message and "ALB" in message
     reply = invoke(aws, load_event(HTTP_V2[0], "/v1/models/scaler:predict", body, method="POST"))
     assert reply["statusCode"] == 200
 
 
-def test_reply_over_the_source_limit_is_a_clear_413(aws: ModuleType) -> None:
+def test_reply_over_the_source_limit_is_a_clear_413(aws: LambdaHandler) -> None:
     """900 KB in, 1.6 MB out: the ALB would turn that reply into a bare 502."""
     body = _rows(90_000)
-    assert len(body) < aws.ALB_PAYLOAD
+    assert len(body) < ALB_PAYLOAD
     reply = invoke(aws, load_event(ALB[0], "/v1/models/scaler:predict", body, method="POST"))
     assert reply["statusCode"] == 413 and len(json.dumps(reply)) < 1000
     message = orjson.loads(reply_body(reply))["error"]
-    assert message.startswith("Response of ") and f"limit of {aws.ALB_PAYLOAD} bytes" in message
+    assert message.startswith("Response of ") and f"limit of {ALB_PAYLOAD} bytes" in message
     assert "ALB" in message
     reply = invoke(aws, load_event(FUNCTION_URL[0], "/v1/models/scaler:predict", body,
                                    method="POST"))
-    assert reply["statusCode"] == 200 and len(json.dumps(reply)) > aws.ALB_PAYLOAD
+    assert reply["statusCode"] == 200 and len(json.dumps(reply)) > ALB_PAYLOAD
 
     big = _rows(400_000)  # 4 MB in, 7.2 MB out: over Lambda's 6 MB response payload
     reply = invoke(aws, load_event(FUNCTION_URL[0], "/v1/models/scaler:predict", big,
                                    method="POST"))
     assert reply["statusCode"] == 413
     message = orjson.loads(reply_body(reply))["error"]
-    assert f"limit of {aws.LAMBDA_PAYLOAD} bytes" in message and "Function URL" in message
+    assert f"limit of {LAMBDA_PAYLOAD} bytes" in message and "Function URL" in message
 
 
-def test_bad_base64_and_unknown_route(aws: ModuleType) -> None:
+def test_bad_base64_and_unknown_route(aws: LambdaHandler) -> None:
     event = load_event("sam-cli-rendered/HttpApi", "/v1/models/scaler:predict", method="POST")
     event.update(body="not base64!", isBase64Encoded=True)
     reply = invoke(aws, event)
@@ -212,7 +191,7 @@ def test_bad_base64_and_unknown_route(aws: ModuleType) -> None:
     assert orjson.loads(reply_body(reply)) == {"error": "Invalid request URL: /v3/nothing"}
 
 
-def test_direct_invoke(aws: ModuleType) -> None:
+def test_direct_invoke(aws: LambdaHandler) -> None:
     reply = invoke(aws, {"path": "/v1/models/scaler:predict",
                          "body": {"instances": [[1, 1, 1, 1]]}})
     assert reply["statusCode"] == 200
@@ -229,9 +208,9 @@ def _servables(app: core.api.App) -> dict[str, tuple[object, dict[str, float]]]:
 
 
 def test_init_phase_builds_app_and_warm_calls_reuse_it(
-        aws: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+        aws: LambdaHandler, capsys: pytest.CaptureFixture[str]) -> None:
     app = core.api._default_app
-    assert app is not None  # compiled during import = the Lambda init phase
+    assert app is not None  # compiled by build() = the Lambda init phase
     before = _servables(app)
     assert all(timings["compile_s"] > 0 for _, timings in before.values())
     event = load_event("powertools/apiGatewayProxyV2Event", "/v1/models/scaler:predict",
@@ -256,10 +235,8 @@ def test_init_phase_builds_app_and_warm_calls_reuse_it(
 def test_lazy_load_builds_on_first_call(serving_env: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     serving_env.setenv("OVS_LAZY_LOAD", "1")
-    import handlers.aws_lambda
-
-    aws = importlib.reload(handlers.aws_lambda)
-    assert core.api._default_app is None and "init_s" not in aws.COLD_START
+    aws = build()
+    assert core.api._default_app is None and "init_s" not in aws.cold_start
     event = load_event("powertools/apiGatewayProxyV2Event", "/v1/models/scaler:predict",
                        SCALER_BODY)
     assert invoke(aws, event)["statusCode"] == 200

@@ -3,7 +3,9 @@ azure.functions.HttpRequest objects, as the worker calls it."""
 
 from __future__ import annotations
 
-import importlib
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,15 +17,14 @@ from azure.functions.decorators.function_app import Function
 
 import core.api
 import core.logs
-from tests.handlers.conftest import AzureContext, kserve_binary
+from handlers import azure_functions
+from tests.handlers.conftest import ROOT, AzureContext, kserve_binary
 
 
 @pytest.fixture
 def azure(serving_env: pytest.MonkeyPatch) -> Function:
     """The one registered function (get_functions() may run once per app, as in the worker)."""
-    import handlers.azure_functions
-
-    (function,) = importlib.reload(handlers.azure_functions).app.get_functions()
+    (function,) = azure_functions.build().get_functions()
     return function
 
 
@@ -39,15 +40,32 @@ def test_registration(azure: Function) -> None:
     trigger: Any = azure.get_trigger()
     assert trigger.route == "{*path}" and trigger.auth_level == func.AuthLevel.ANONYMOUS
     assert {"GET", "POST"} <= {str(m) for m in trigger.methods}
-    assert core.api._default_app is not None  # built at import (worker indexing)
+    assert core.api._default_app is not None  # built by build() (worker indexing)
+
+
+def test_importing_the_module_does_no_work() -> None:
+    """Import: no logging level set, no App built; the worker's lookup of `app` (function_app.py
+    imports it by name) builds the FunctionApp once."""
+    probe = (
+        "import json, logging, core.api, handlers.azure_functions as module\n"
+        "print(json.dumps([core.api._default_app is None, logging.getLogger().level,\n"
+        "                  'app' in vars(module)]))\n"
+        "from handlers.azure_functions import app\n"
+        "print(json.dumps([app is module.app, len(app.get_functions()),\n"
+        "                  logging.getLogger().level]))\n"
+    )
+    env = {"PYTHONPATH": str(ROOT), "OVS_CONFIG_PATH": "/nonexistent/config.json",
+           "OVS_LOG_LEVEL": "ERROR"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    imported, looked_up = out.stdout.splitlines()
+    assert json.loads(imported) == [True, 30, False]  # the root logger's default, WARNING
+    assert json.loads(looked_up) == [True, 1, 40]  # OVS_LOG_LEVEL applied by the build
 
 
 def test_auth_level_from_env(serving_env: pytest.MonkeyPatch) -> None:
     serving_env.setenv("OVS_AZURE_AUTH_LEVEL", "function")
-    import handlers.azure_functions
-
-    module = importlib.reload(handlers.azure_functions)
-    (function,) = module.app.get_functions()
+    (function,) = azure_functions.build().get_functions()
     trigger: Any = function.get_trigger()
     assert trigger.auth_level == func.AuthLevel.FUNCTION
 

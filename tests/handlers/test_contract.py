@@ -7,7 +7,6 @@ the long-running `ov-serverless serve`; all must agree exactly and match direct 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 import azure.functions as func
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 import requests
 
+from handlers import aws_lambda, azure_functions
 from tests.handlers.conftest import (
     AzureContext,
     Call,
@@ -28,17 +28,14 @@ from tests.handlers.conftest import (
 
 def test_same_numbers_everywhere(serving_env: pytest.MonkeyPatch, servers: dict[str, str],
                                  contract_calls: list[Call]) -> None:
-    import handlers.aws_lambda
-    import handlers.azure_functions
-
-    aws = importlib.reload(handlers.aws_lambda)
-    (azure_function,) = importlib.reload(handlers.azure_functions).app.get_functions()
+    handler = aws_lambda.build()
+    (azure_function,) = azure_functions.build().get_functions()
     session = requests.Session()
 
     def via_lambda(call: Call) -> np.ndarray:
         event = load_event("sam-cli-rendered/HttpApi", call.path, call.body, base64=True,
                            method=call.method, headers=call.headers)
-        reply = aws.handler(event, LambdaContext())
+        reply = handler(event, LambdaContext())
         return outputs(call, reply["statusCode"], reply_headers(reply), reply_body(reply))
 
     def via_azure(call: Call) -> np.ndarray:

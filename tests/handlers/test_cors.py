@@ -4,7 +4,6 @@ from every host, with the defaults (`*`) and with an origin list and credentials
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import requests
 import core.api
 from core.config import Settings, cors_from_env
 from core.cors import CorsConfig
+from handlers import aws_lambda, azure_functions
 from tests.handlers.conftest import (
     BIN,
     ROOT,
@@ -46,21 +46,17 @@ def _cors(headers: dict[str, str]) -> dict[str, str]:
 
 
 def _lambda(event_name: str) -> Send:
-    import handlers.aws_lambda
-
-    aws = importlib.reload(handlers.aws_lambda)
+    handler = aws_lambda.build()
 
     def send(method: str, path: str, body: bytes, headers: dict[str, str]) -> Reply:
         event = load_event(event_name, path, body, base64=True, method=method, headers=headers)
-        reply = aws.handler(event, LambdaContext())
+        reply = handler(event, LambdaContext())
         return reply["statusCode"], reply_headers(reply), reply_body(reply)
     return send
 
 
 def _azure() -> Send:
-    import handlers.azure_functions
-
-    (function,) = importlib.reload(handlers.azure_functions).app.get_functions()
+    (function,) = azure_functions.build().get_functions()
 
     def send(method: str, path: str, body: bytes, headers: dict[str, str]) -> Reply:
         request = func.HttpRequest(method, "https://ovs.azurewebsites.net" + path, body=body,

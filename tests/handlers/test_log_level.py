@@ -3,7 +3,6 @@ honoured by every entry point; for the CLI a --log_level flag wins over it."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import functions_framework
 import pytest
 
+from handlers import aws_lambda, azure_functions
 from tests.handlers.conftest import (
     BIN,
     ROOT,
@@ -45,17 +45,15 @@ def _json_levels(text: str) -> set[str]:
 
 def test_lambda_handler(serving_env: pytest.MonkeyPatch, root_logger: logging.Logger,
                         capsys: pytest.CaptureFixture[str]) -> None:
-    import handlers.aws_lambda
-
     serving_env.setenv("OVS_LOG_LEVEL", "DEBUG")
-    aws = importlib.reload(handlers.aws_lambda)
+    handler = aws_lambda.build()
     assert root_logger.level == logging.DEBUG
-    aws.handler(load_event("powertools/apiGatewayProxyV2Event", "/v2/health/ready"),
+    handler(load_event("powertools/apiGatewayProxyV2Event", "/v2/health/ready"),
                 LambdaContext())
     assert "DEBUG" in _json_levels(capsys.readouterr().err)  # the router's request line
 
     serving_env.setenv("OVS_LOG_LEVEL", "warning")
-    importlib.reload(handlers.aws_lambda)
+    aws_lambda.build()
     assert root_logger.level == logging.WARNING
     assert _json_levels(capsys.readouterr().err) <= {"WARNING", "ERROR"}  # no load INFO lines
 
@@ -76,12 +74,10 @@ def test_functions_framework(serving_env: pytest.MonkeyPatch, root_logger: loggi
 def test_azure_function(serving_env: pytest.MonkeyPatch, root_logger: logging.Logger) -> None:
     """The level only: the Python worker's own handler on the root logger stays, since it
     is what forwards records to the Functions host."""
-    import handlers.azure_functions
-
     worker_handler = logging.NullHandler()
     root_logger.addHandler(worker_handler)
     serving_env.setenv("OVS_LOG_LEVEL", "ERROR")
-    importlib.reload(handlers.azure_functions)
+    azure_functions.build()
     assert root_logger.level == logging.ERROR
     assert worker_handler in root_logger.handlers
 

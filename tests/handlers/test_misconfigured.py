@@ -1,14 +1,13 @@
 """A misconfigured instance starts anyway and answers every request 503, naming the setting.
 
-Lambda: the init phase (module import) must not raise, or the platform retries the init on
-every invoke and answers 502. functions-framework: the server starts. Azure: the worker's
-indexing (module import, then app.get_functions()) still finds the function.
+Lambda: the init phase (build(), run on the bootstrap's lookup of the handler) must not raise,
+or the platform retries the init on every invoke and answers 502. functions-framework: the
+server starts. Azure: the worker's indexing (build() on the lookup of app, then
+app.get_functions()) still finds the function.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import Any
 
 import azure.functions as func
@@ -17,6 +16,7 @@ import orjson
 import pytest
 from azure.functions.decorators.function_app import Function
 
+from handlers import aws_lambda, azure_functions
 from tests.handlers.conftest import ROOT, AzureContext, LambdaContext, load_event
 
 SOURCES = ["powertools/apiGatewayProxyV2Event", "powertools/lambdaFunctionUrlEvent",
@@ -48,12 +48,10 @@ def test_lambda_init_succeeds_and_every_source_answers_503(
     serving_env: pytest.MonkeyPatch, setting: dict[str, str], drop: list[str], wanted: str
 ) -> None:
     _misconfigure(serving_env, setting, drop)
-    import handlers.aws_lambda
-
-    aws: ModuleType = importlib.reload(handlers.aws_lambda)  # the init phase: no exception
+    handler = aws_lambda.build()  # the init phase: no exception
     for name in SOURCES:
         for path in ("/v2/health/ready", "/v1/models/scaler:predict"):
-            reply: dict[str, Any] = aws.handler(load_event(name, path), LambdaContext())
+            reply: dict[str, Any] = handler(load_event(name, path), LambdaContext())
             _assert_503(reply["statusCode"], reply["body"].encode(), wanted)
 
 
@@ -82,10 +80,7 @@ def test_azure_function_registers_and_answers_503(
     serving_env: pytest.MonkeyPatch, setting: dict[str, str], drop: list[str], wanted: str
 ) -> None:
     _misconfigure(serving_env, setting, drop)
-    import handlers.azure_functions
-
-    module = importlib.reload(handlers.azure_functions)
-    (function,) = module.app.get_functions()  # what the worker's indexing does
+    (function,) = azure_functions.build().get_functions()  # what the worker's indexing does
     trigger: Any = function.get_trigger()
     assert trigger.route == "{*path}"
     if "OVS_AZURE_AUTH_LEVEL" in setting:  # an unknown level: the strictest, never anonymous

@@ -59,15 +59,16 @@ def test_zip_for_python312_fits_with_room_and_holds_what_lambda_runs(
     assert not [n for n in names if any(bad in "/" + n for bad in FORBIDDEN)]
     assert any(n.startswith("openvino/_pyopenvino.cpython-312-x86_64") for n in names)
     assert any(n.startswith("openvino/libs/libopenvino_ir_frontend.so") for n in names)
-    assert "handlers/aws_lambda.py" in names and "handlers/snapstart.py" in names
+    assert "handlers/aws_lambda/__init__.py" in names and "handlers/snapstart.py" in names
+    assert "handlers/aws_lambda/sources.py" in names
     assert "model_repository/config.json" in names
     if PYTHON312:  # byte-compiled for 3.12 with paths under /var/task, no timestamps
-        pyc = "handlers/__pycache__/aws_lambda.cpython-312.pyc"
+        pyc = "handlers/aws_lambda/__pycache__/__init__.cpython-312.pyc"
         assert pyc in names and report.bytecode == "CPython 3.12"
         with zipfile.ZipFile(out) as archive:
             data = archive.read(pyc)
         assert int.from_bytes(data[4:8], "little") == 0b01  # hash-based, unchecked
-        assert b"/var/task/handlers/aws_lambda.py" in data
+        assert b"/var/task/handlers/aws_lambda/__init__.py" in data
     else:
         assert not [n for n in names if n.endswith(".pyc")] and report.bytecode == ""
     assert not any(n.startswith(("awslambdaric/", "snapshot_restore_py")) for n in names)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib
 import json
 import os
 import subprocess
@@ -15,7 +14,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import azure.functions as func
@@ -27,6 +25,7 @@ import core.api
 from core.api import App, make_request
 from core.config import Settings
 from core.manager import ModelManager
+from handlers import aws_lambda, azure_functions
 from handlers.cli import _parser, _settings
 from tests.handlers.conftest import (
     AzureContext,
@@ -180,26 +179,22 @@ def text_env(text_repo: Repo, monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyP
 
 
 def test_lambda_http_api_v2(text_env: pytest.MonkeyPatch, expected: dict[str, Any]) -> None:
-    import handlers.aws_lambda
-
-    module: ModuleType = importlib.reload(handlers.aws_lambda)
+    handler = aws_lambda.build()
     for path, body, key in (("/v3/embeddings", EMBED, "embeddings"),
                             ("/v1/rerank", RERANK, "rerank")):
         event = load_event("powertools/apiGatewayProxyV2Event", path, json.dumps(body),
                            method="POST")
-        reply = module.handler(event, LambdaContext())
+        reply = handler(event, LambdaContext())
         assert reply["statusCode"] == 200, reply
         assert json.loads(reply_body(reply)) == expected[key]
     event = load_event("powertools/apiGatewayProxyV2Event", "/v3/models", method="GET")
-    reply = module.handler(event, LambdaContext())
+    reply = handler(event, LambdaContext())
     assert [m["id"] for m in json.loads(reply_body(reply))["data"]] == ["minilm", "cross",
                                                                         "scaler"]
 
 
 def test_azure_functions(text_env: pytest.MonkeyPatch, expected: dict[str, Any]) -> None:
-    import handlers.azure_functions
-
-    (function,) = importlib.reload(handlers.azure_functions).app.get_functions()
+    (function,) = azure_functions.build().get_functions()
     for path, body, key in (("/v3/embeddings", EMBED, "embeddings"),
                             ("/v3/rerank", RERANK, "rerank")):
         request = func.HttpRequest("POST", f"https://ovs.azurewebsites.net{path}",

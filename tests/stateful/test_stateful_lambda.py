@@ -3,14 +3,13 @@ same handler module (HTTP API events) keep adding to the same running sum."""
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import Any
 
 import orjson
 import pytest
 
 import core.api
+from handlers.aws_lambda import LambdaHandler, build
 from tests.handlers.conftest import LambdaContext, load_event, reply_body
 from tests.stateful.conftest import Repo, tfs_body
 
@@ -19,21 +18,19 @@ CLEARED = ("OVS_MODEL_NAME", "OVS_MODEL_PATH", "OVS_LAZY_LOAD", "OVS_MAX_REQUEST
 
 
 @pytest.fixture
-def aws(stateful_repo: Repo, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def aws(stateful_repo: Repo, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> LambdaHandler:
     for key in CLEARED:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("OVS_CONFIG_PATH", str(stateful_repo.config))
     monkeypatch.setenv("OVS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(core.api, "_default_app", None)
-    import handlers.aws_lambda
-
-    return importlib.reload(handlers.aws_lambda)
+    return build()
 
 
-def test_a_sequence_survives_across_warm_invocations(aws: ModuleType) -> None:
+def test_a_sequence_survives_across_warm_invocations(aws: LambdaHandler) -> None:
     def invoke(body: dict[str, Any], event: str = "powertools/apiGatewayProxyV2Event"
                ) -> tuple[int, Any]:
-        reply = aws.handler(load_event(event, "/v1/models/acc:predict", orjson.dumps(body),
+        reply = aws(load_event(event, "/v1/models/acc:predict", orjson.dumps(body),
                                        method="POST"), LambdaContext())
         return reply["statusCode"], orjson.loads(reply_body(reply))
 

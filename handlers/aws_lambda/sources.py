@@ -1,0 +1,282 @@
+"""Lambda event sources: one class per family, chosen by the event's shape (first match wins).
+
+    ALB target group         requestContext.elb      reply: statusDescription, and
+                                                     multiValueHeaders iff the event had them
+    HTTP API / Function URL  version == "2.0"        reply: payload 2.0
+    REST API (payload 1.0)   httpMethod              reply: headers + multiValueHeaders
+    direct Invoke            anything else           reply: {statusCode, headers, body,
+                                                     isBase64Encoded}
+
+Each source turns its event into a `core.api.Request` and a `core.api.Response` into its reply,
+and knows its payload limit: an ALB target group passes at most 1 MB of request body and of
+response JSON, the others Lambda's 6 MB synchronous payload each way. A request body over the
+limit raises PayloadTooLargeError (413) naming the limit and the source, checked before a
+base64 body is decoded. Binary responses (`Response.is_binary`) go back base64 with
+`isBase64Encoded: true`. The API Gateway stage is stripped from the path when the path still
+carries it.
+
+Pure translation: importing this module reads no environment and loads no model.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, unquote_plus
+
+import orjson
+
+from core.api import Request, Response, make_request, reason_phrase
+from core.errors import InvalidInputError, PayloadTooLargeError
+
+Event = dict[str, Any]
+
+MB = 1024 * 1024
+LAMBDA_PAYLOAD = 6 * MB  # synchronous invoke: request and response payload
+ALB_PAYLOAD = 1 * MB  # ALB target group: request body, and response JSON
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A request body limit and the source it belongs to, for the 413's message."""
+
+    size: int
+    source: str
+
+
+class Source(ABC):
+    """An event source family. `matches` recognizes its events; `request` and `reply`
+    translate; `label` names it in messages and `payload` is its platform limit in bytes."""
+
+    label: str
+    payload = LAMBDA_PAYLOAD
+
+    @staticmethod
+    @abstractmethod
+    def matches(event: Any) -> bool:
+        """True when `event` has this source's shape."""
+
+    @abstractmethod
+    def request(self, event: Any, limit: Limit) -> Request:
+        """The request for the core router; a body over `limit` raises PayloadTooLargeError
+        and an event that is no request InvalidInputError."""
+
+    def reply(self, event: Any, response: Response) -> Event:
+        """The reply the platform expects for `event`; a binary body goes base64."""
+        body, encoded = _reply_body(response)
+        return {
+            "statusCode": response.status,
+            "headers": dict(response.headers),
+            "body": body,
+            "isBase64Encoded": encoded,
+        }
+
+    def limit(self, configured: int) -> Limit:
+        """The request body limit: OVS_MAX_REQUEST_BYTES (`configured`) or the platform's,
+        whichever is smaller."""
+        if configured < self.payload:
+            return Limit(configured, f"OVS_MAX_REQUEST_BYTES, {self.label}")
+        return Limit(self.payload, self.label)
+
+    def reply_too_large(self, reply: Event) -> PayloadTooLargeError | None:
+        """The error to answer instead of `reply` when its JSON exceeds the platform's limit
+        (the platform would drop it for a bare 502), else None."""
+        size = len(orjson.dumps(reply))
+        if size <= self.payload:
+            return None
+        return PayloadTooLargeError(
+            f"Response of {size} bytes exceeds the limit of {self.payload} bytes "
+            f"({self.label}): ask for fewer or smaller outputs, or a smaller batch"
+        )
+
+
+class RestV1(Source):
+    """API Gateway REST API proxy integration (payload 1.0, also HTTP API payload 1.0)."""
+
+    label = "API Gateway REST API (payload 1.0), Lambda's 6 MB payload"
+
+    @staticmethod
+    def matches(event: Event) -> bool:
+        return "httpMethod" in event
+
+    def request(self, event: Event, limit: Limit) -> Request:
+        return make_request(
+            event["httpMethod"],
+            self.path(event),
+            _body(event, limit),
+            headers(event),
+            self.query(event),
+        )
+
+    def path(self, event: Event) -> str:
+        # `path` normally lacks the stage (requestContext.path has it); a custom domain mapped
+        # without a base path sends both with the stage: strip it only then.
+        path: str = event.get("path") or "/"
+        context = event.get("requestContext") or {}
+        stage = context.get("stage") or "$default"
+        if stage != "$default" and path == context.get("path"):
+            return _strip_prefix(path, "/" + stage)
+        return path
+
+    def query(self, event: Event) -> dict[str, str]:
+        multi = event.get("multiValueQueryStringParameters") or {}
+        query = dict(event.get("queryStringParameters") or {})
+        query.update({key: values[-1] for key, values in multi.items() if values})
+        return query
+
+    def reply(self, event: Event, response: Response) -> Event:
+        reply = super().reply(event, response)
+        reply["multiValueHeaders"] = {k: [v] for k, v in response.headers.items()}
+        return reply
+
+
+class Alb(RestV1):
+    """ALB target group, single- or multi-value headers (lambda.multi_value_headers.enabled):
+    query values arrive percent-encoded; the reply carries the header form the event had."""
+
+    label = "ALB target group, 1 MB"
+    payload = ALB_PAYLOAD
+
+    @staticmethod
+    def matches(event: Event) -> bool:
+        return "elb" in (event.get("requestContext") or {})
+
+    def path(self, event: Event) -> str:
+        return event.get("path") or "/"
+
+    def query(self, event: Event) -> dict[str, str]:
+        return {unquote_plus(k): unquote_plus(v) for k, v in super().query(event).items()}
+
+    def reply(self, event: Event, response: Response) -> Event:
+        body, encoded = _reply_body(response)
+        reply: Event = {
+            "statusCode": response.status,
+            "statusDescription": f"{response.status} {reason_phrase(response.status)}",
+            "body": body,
+            "isBase64Encoded": encoded,
+        }
+        if "multiValueHeaders" in event:
+            reply["multiValueHeaders"] = {k: [v] for k, v in response.headers.items()}
+        else:
+            reply["headers"] = dict(response.headers)
+        return reply
+
+
+class HttpV2(Source):
+    """HTTP API payload 2.0 and Lambda Function URLs."""
+
+    label = "HTTP API / Function URL (payload 2.0), Lambda's 6 MB payload"
+
+    @staticmethod
+    def matches(event: Event) -> bool:
+        return event.get("version") == "2.0"
+
+    def request(self, event: Event, limit: Limit) -> Request:
+        context = event.get("requestContext") or {}
+        head = headers(event)
+        if event.get("cookies"):
+            head["cookie"] = "; ".join(event["cookies"])
+        query = dict(parse_qsl(event.get("rawQueryString") or "", keep_blank_values=True))
+        path = event.get("rawPath") or "/"
+        stage = context.get("stage") or "$default"
+        if stage != "$default":  # a named stage is part of rawPath
+            path = _strip_prefix(path, "/" + stage)
+        method = (context.get("http") or {}).get("method", "GET")
+        return make_request(method, path, _body(event, limit), head, query)
+
+
+class DirectInvoke(Source):
+    """`aws lambda invoke` with a small HTTP request: {"path": "/v1/models/m:predict",
+    "method": "POST", "headers": {...}, "body": "<text>" or a JSON value, "isBase64Encoded":
+    false} (method defaults to POST with a body, GET without)."""
+
+    label = "direct Invoke, Lambda's 6 MB payload"
+
+    @staticmethod
+    def matches(event: Any) -> bool:
+        return True
+
+    def request(self, event: Any, limit: Limit) -> Request:
+        if not isinstance(event, dict) or not isinstance(event.get("path"), str):
+            raise InvalidInputError(
+                'A direct Invoke event must be {"path": "/v1/models/NAME:predict", '
+                '"method": "POST", "body": ...}'
+            )
+        body = event.get("body")
+        if body is not None and not isinstance(body, str):
+            event = {**event, "body": orjson.dumps(body).decode(), "isBase64Encoded": False}
+        method = (
+            event.get("method") or event.get("httpMethod") or ("GET" if body is None else "POST")
+        )
+        return make_request(
+            method,
+            event["path"],
+            _body(event, limit),
+            {k.lower(): str(v) for k, v in (event.get("headers") or {}).items()},
+            {k: str(v) for k, v in (event.get("query") or {}).items()},
+        )
+
+
+SOURCES: tuple[Source, ...] = (Alb(), HttpV2(), RestV1(), DirectInvoke())
+
+
+def detect(event: Any) -> Source:
+    """The source of `event`: the first whose shape it has, else a direct Invoke."""
+    if isinstance(event, dict):
+        for source in SOURCES:
+            if source.matches(event):
+                return source
+    return SOURCES[-1]
+
+
+def headers(event: Any) -> dict[str, str]:
+    """The event's single- and multi-value header maps merged, names lower-cased, repeated
+    values comma-joined ({} for an event that is no dict)."""
+    if not isinstance(event, dict):
+        return {}
+    merged = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    for key, values in (event.get("multiValueHeaders") or {}).items():
+        if values:
+            merged[key.lower()] = ",".join(values)
+    return merged
+
+
+def _body(event: Event, limit: Limit) -> bytes:
+    text = event.get("body")
+    if text is None:
+        return b""
+    if not isinstance(text, str):
+        raise InvalidInputError("Event body must be a string")
+    if event.get("isBase64Encoded"):
+        size = len(text) * 3 // 4 - text[-2:].count("=")  # exact for valid base64
+        _check_size(size, limit)
+        try:
+            return base64.b64decode(text, validate=True)
+        except binascii.Error:
+            raise InvalidInputError(
+                "Event body is flagged isBase64Encoded but is not base64"
+            ) from None
+    _check_size(len(text), limit)  # characters <= utf-8 bytes: no encoding before the check
+    return text.encode()
+
+
+def _check_size(size: int, limit: Limit) -> None:
+    if size > limit.size:
+        raise PayloadTooLargeError(
+            f"Request body of {size} bytes exceeds the limit of {limit.size} bytes ({limit.source})"
+        )
+
+
+def _reply_body(response: Response) -> tuple[str, bool]:
+    if response.is_binary:
+        return base64.b64encode(response.body).decode("ascii"), True
+    return response.body.decode("utf-8", "replace"), False
+
+
+def _strip_prefix(path: str, prefix: str) -> str:
+    if path == prefix or path.startswith(prefix + "/"):
+        return path[len(prefix) :] or "/"
+    return path
