@@ -58,7 +58,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "invoke":
         return _invoke(settings, args)
     if args.command == "export-blobs":
-        return _export_blobs(settings, args)
+        from handlers.export_blobs import main as export_blobs
+
+        return export_blobs(settings, args)
     return _serve(settings, args)
 
 
@@ -95,12 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     invoke.add_argument("path")
     invoke.add_argument("--data", default="", help="request body, or @file")
     invoke.add_argument("--header", action="append", default=[], help="'Name: value'")
-    export = commands["export-blobs"]
-    export.add_argument("out")
-    export.add_argument("--per_version", action="store_true",
-                        help="write OUT/<model>/<version>/.ov-compiled/<key>.blob, to copy "
-                             "beside each version, instead of OUT/<key>.blob "
-                             "(OVS_COMPILED_CACHE)")
+    _export_flags(commands["export-blobs"])
     commands["demo-repo"].add_argument("path")
     _package_flags(commands["package"])
     for command, child in commands.items():
@@ -141,6 +138,12 @@ class _Version(argparse.Action):
         print(f"ov-serverless {version('ov-serverless')}\n"
               f"OpenVINO backend {openvino.get_version()}")
         parser.exit()
+
+
+def _export_flags(parser: argparse.ArgumentParser) -> None:
+    from handlers.export_blobs import add_arguments
+
+    add_arguments(parser)
 
 
 def _package_flags(parser: argparse.ArgumentParser) -> None:
@@ -222,48 +225,6 @@ def _invoke(settings: Settings, args: argparse.Namespace) -> int:
                                        {k.strip(): v.strip() for k, v in headers.items()}))
     sys.stdout.buffer.write(response.body + b"\n")
     return 0 if response.status < 400 else 1
-
-
-def _export_blobs(settings: Settings, args: argparse.Namespace) -> int:
-    """Print each blob written (and, per version, where it goes); exit 1 when a version did
-    not load, so a build step that bakes blobs fails instead of shipping without one."""
-    from core.compiled_cache import export_manager
-    from core.manager import ModelManager
-
-    manager = ModelManager.start(settings)
-    out = Path(args.out)
-    try:
-        blobs = export_manager(manager, out, per_version=args.per_version)
-    except OSError as exc:
-        print(f"ov-serverless: cannot write the blobs to {out}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 1
-    for blob in blobs:
-        if args.per_version:
-            model, *rest = blob.relative_to(out).parts
-            base = manager.models[model].config.base_path.rstrip("/")
-            print(f"{blob} -> {base}/{'/'.join(rest)}")
-        else:
-            print(blob)
-    return _report_unexported(manager)
-
-
-def _report_unexported(manager: Any) -> int:
-    code = 0
-    for served in manager.models.values():
-        if served.error or not served.versions:
-            why = served.error or "no version to load"
-            print(f"ov-serverless: model {served.name}: {why}", file=sys.stderr)
-            code = 1
-        for number, version in sorted(served.versions.items()):
-            if not version.available:
-                print(f"ov-serverless: model {served.name} version {number} did not load: "
-                      f"{version.status.error_message}", file=sys.stderr)
-                code = 1
-            elif not served.config.allow_cache:
-                print(f"ov-serverless: model {served.name} version {number}: no blob "
-                      "(allow_cache is false)", file=sys.stderr)
-    return code
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
