@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from core.errors import ConfigError
+
+_N = TypeVar("_N", int, float)
 
 
 def option_text(text: str, name: str) -> str:
@@ -27,10 +29,7 @@ def option_bool(text: str, name: str) -> bool:
 
 
 def option_int(text: str, name: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"{name}: expected an integer, got {text!r}") from None
+    return _number(text, name, int, "an integer")
 
 
 def option_positive(text: str, name: str) -> int:
@@ -40,10 +39,14 @@ def option_positive(text: str, name: str) -> int:
 
 
 def option_float(text: str, name: str) -> float:
+    return _number(text, name, float, "a number")
+
+
+def _number(text: str, name: str, kind: Callable[[str], _N], what: str) -> _N:
     try:
-        return float(text)
+        return kind(text)
     except ValueError:
-        raise ConfigError(f"{name}: expected a number, got {text!r}") from None
+        raise ConfigError(f"{name}: expected {what}, got {text!r}") from None
 
 
 def option_json(text: str, name: str) -> Any:
