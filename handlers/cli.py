@@ -110,6 +110,8 @@ def _flag_options(setting: Setting) -> dict[str, Any]:
     """argparse keeps each flag's text (checked later, as its variable's); a bool flag alone
     means true (`--stateful`, `--stateful false`, `--stateful=false`)."""
     options: dict[str, Any] = {"help": _help(setting), "metavar": setting.flag[2:].upper()}
+    if setting.target == SERVER:  # read by the command line alone: no env variable to consult
+        options["default"] = setting.default
     if setting.kind is BOOL:
         options.update(nargs="?", const="true", metavar="true|false")
     if setting.choices:
@@ -172,18 +174,18 @@ def _explicit_bools(argv: list[str]) -> list[str]:
 
 
 def _flags(args: argparse.Namespace) -> dict[str, str]:
-    """The text of each table flag given on the command line, by setting name."""
+    """The text of each settings flag given on the command line, by setting name."""
     return {setting.name: getattr(args, setting.name) for setting in flagged(args.command)
-            if getattr(args, setting.name) is not None}
+            if setting.target != SERVER and getattr(args, setting.name) is not None}
 
 
 def _server_values(args: argparse.Namespace) -> None:
-    """The flags only the command line reads (--port, --log_path, ...): their values, in
-    `args`, checked as every flag is."""
-    flags = _flags(args)
+    """The flags only the command line reads (--port, --log_path, ...): the text given, in
+    `args`, parsed as every flag is (their defaults are argparse's)."""
     for setting in flagged(args.command):
-        if setting.target == SERVER:
-            setattr(args, setting.name, setting.read(flags, {})[1])
+        text = getattr(args, setting.name)
+        if setting.target == SERVER and isinstance(text, str):
+            setattr(args, setting.name, setting.kind.parse(text, setting.flag))
 
 
 def _settings(args: argparse.Namespace) -> Settings:
