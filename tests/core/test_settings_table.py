@@ -75,3 +75,21 @@ def test_server_flags_are_typed_and_checked_as_every_flag() -> None:
     bad = cli._parser().parse_args(["serve", "--port", "x"])
     with pytest.raises(ConfigError, match="^--port: expected an integer, got 'x'$"):
         cli._server_values(bad)
+
+
+def test_a_flag_wins_over_its_variable_knob_by_knob() -> None:
+    settings = Settings.from_env({"OVS_NIREQ": "2", "OVS_BATCH_SIZE": "4"}, {"nireq": "3"})
+    assert settings.model_options == {"nireq": 3, "batch_size": "4"}
+
+
+def test_an_empty_value_is_not_given_except_in_the_cors_lists() -> None:
+    settings = Settings.from_env({"OVS_CACHE_DIR": "", "OVS_NIREQ": "", "OVS_ALLOWED_ORIGINS": ""})
+    assert (settings.cache_dir, settings.model_options) == ("/tmp/ov-cache", {})
+    assert settings.cors.origins == ()
+
+
+def test_a_command_default_yields_to_the_variable() -> None:
+    """`serve` polls every second unless OVS_RELOAD_INTERVAL says otherwise."""
+    serve = {"reload_interval": 1.0}
+    assert Settings.from_env({}, defaults=serve).reload_interval == 1.0
+    assert Settings.from_env({"OVS_RELOAD_INTERVAL": "0"}, defaults=serve).reload_interval == 0.0
