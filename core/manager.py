@@ -18,8 +18,8 @@ from typing import Any
 
 from core import auto_shape, errors, metrics
 from core.config import MetricsConfig, ModelConfig, ServerConfig, Settings
+from core.config.pipelines import PipelineConfig
 from core.model import RETIRE_GRACE_S, ModelVersion, State, Status, add_extension
-from core.pipeline_config import PipelineConfig
 from core.pipelines import Pipeline
 from core.storage import Repository, open_repository
 from core.storage.secrets import redact

@@ -14,10 +14,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from core import tensors
+from core.config.pipelines import REQUEST, Connection, NodeConfig, PipelineConfig
 from core.custom_nodes import BrokenLibrary, CustomNode
 from core.errors import ConfigError, InternalError, InvalidInputError, NoResultsError
 from core.model import State, Status
-from core.pipeline_config import REQUEST, Connection, NodeConfig, PipelineConfig
 from core.shapes import ANY, fits, format_actual, format_dims
 from core.signature import Inputs, TensorSpec, validate
 

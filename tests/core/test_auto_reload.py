@@ -248,10 +248,9 @@ def test_status_says_a_reload_is_under_way(app: App) -> None:
 
 
 def test_auto_logs_ovms_deprecation_warning_once(caplog: pytest.LogCaptureFixture) -> None:
-    from core import config as config_module
-    from core.config import parse_config
+    from core.config import notices, parse_config
 
-    config_module._noticed.clear()
+    notices._noticed.clear()
     doc = {"model_config_list": [
         {"config": {"name": "b", "base_path": "/m/b", "batch_size": "auto"}},
         {"config": {"name": "s", "base_path": "/m/s", "shape": {"x": "auto"}}}]}

@@ -19,8 +19,7 @@ import openvino as ov
 import pytest
 import requests
 
-from core import config as config_module
-from core.config import Settings, parse_config
+from core.config import Settings, notices, parse_config
 from core.errors import ConfigError
 from core.manager import ModelManager
 from core.model import State
@@ -49,7 +48,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def fresh_notices() -> Iterator[None]:
-    noticed: set[tuple[str, str]] = getattr(config_module, "_noticed", set())
+    noticed = notices._noticed
     noticed.clear()
     yield
     noticed.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.config.fields import object_of, required_list, required_text
 from core.errors import ConfigError
 
 REQUEST = "request"
@@ -54,46 +55,46 @@ class LibraryConfig:
 
 
 def parse_libraries(value: Any, path: str, resolve: Any) -> tuple[LibraryConfig, ...]:
-    items = _list(value, path)
+    items = required_list(value, path)
     libraries = []
     for i, item in enumerate(items):
         where = f"{path}[{i}]"
-        _keys(item, {"name", "base_path"}, where)
-        base = _text(item.get("base_path"), f"{where}.base_path")
+        object_of(item, {"name", "base_path"}, where)
+        base = required_text(item.get("base_path"), f"{where}.base_path")
         base = resolve(base) if base.endswith(".py") else base
-        libraries.append(LibraryConfig(_text(item.get("name"), f"{where}.name"), base))
+        libraries.append(LibraryConfig(required_text(item.get("name"), f"{where}.name"), base))
     return tuple(libraries)
 
 
 def parse_pipelines(value: Any, path: str) -> tuple[PipelineConfig, ...]:
     pipelines = []
-    for i, item in enumerate(_list(value, path)):
+    for i, item in enumerate(required_list(value, path)):
         where = f"{path}[{i}]"
-        _keys(item, _PIPELINE_KEYS, where)
-        inputs = _list(item.get("inputs"), f"{where}.inputs")
+        object_of(item, _PIPELINE_KEYS, where)
+        inputs = required_list(item.get("inputs"), f"{where}.inputs")
         pipelines.append(PipelineConfig(
-            name=_text(item.get("name"), f"{where}.name"),
-            inputs=tuple(_text(x, f"{where}.inputs[{j}]") for j, x in enumerate(inputs)),
+            name=required_text(item.get("name"), f"{where}.name"),
+            inputs=tuple(required_text(x, f"{where}.inputs[{j}]") for j, x in enumerate(inputs)),
             nodes=tuple(_node(n, f"{where}.nodes[{j}]")
-                        for j, n in enumerate(_list(item.get("nodes"), f"{where}.nodes"))),
+                        for j, n in enumerate(required_list(item.get("nodes"), f"{where}.nodes"))),
             outputs=_connections(item.get("outputs"), f"{where}.outputs"),
         ))
     return tuple(pipelines)
 
 
 def _node(item: Any, where: str) -> NodeConfig:
-    _keys(item, _NODE_KEYS, where)
+    object_of(item, _NODE_KEYS, where)
     kind = item.get("type")
     if kind not in ("DL model", "custom"):
         raise ConfigError(f"{where}.type: must be \"DL model\" or \"custom\"")
-    name = _text(item.get("name"), f"{where}.name")
+    name = required_text(item.get("name"), f"{where}.name")
     if name == REQUEST:
         raise ConfigError(f"{where}.name: \"request\" is reserved")
     outputs: dict[str, str] = {}
-    for j, out in enumerate(_list(item.get("outputs"), f"{where}.outputs")):
-        _keys(out, {"data_item", "alias"}, f"{where}.outputs[{j}]")
-        outputs[_text(out.get("data_item"), f"{where}.outputs[{j}].data_item")] = _text(
-            out.get("alias"), f"{where}.outputs[{j}].alias")
+    for j, out in enumerate(required_list(item.get("outputs"), f"{where}.outputs")):
+        object_of(out, {"data_item", "alias"}, f"{where}.outputs[{j}]")
+        item_name = required_text(out.get("data_item"), f"{where}.outputs[{j}].data_item")
+        outputs[item_name] = required_text(out.get("alias"), f"{where}.outputs[{j}].alias")
     demux = item.get("demultiply_count")
     if demux is not None and (isinstance(demux, bool) or not isinstance(demux, int)
                               or not -1 <= demux <= 10000):
@@ -103,10 +104,10 @@ def _node(item: Any, where: str) -> NodeConfig:
         raise ConfigError(f"{where}.version: an integer")
     return NodeConfig(
         name=name, kind=kind,
-        model_name=_text(item.get("model_name"), f"{where}.model_name")
+        model_name=required_text(item.get("model_name"), f"{where}.model_name")
         if kind == "DL model" else None,
         version=version or None,
-        library=_text(item.get("library_name"), f"{where}.library_name")
+        library=required_text(item.get("library_name"), f"{where}.library_name")
         if kind == "custom" else None,
         params={str(k): str(v) for k, v in (item.get("params") or {}).items()},
         inputs=_connections(item.get("inputs"), f"{where}.inputs"),
@@ -119,32 +120,14 @@ def _node(item: Any, where: str) -> NodeConfig:
 def _connections(value: Any, where: str) -> dict[str, Connection]:
     """[{"name": {"node_name": ..., "data_item": ...}}, ...] -> {name: Connection}."""
     found: dict[str, Connection] = {}
-    for j, entry in enumerate(_list(value, where)):
+    for j, entry in enumerate(required_list(value, where)):
         if not isinstance(entry, dict) or len(entry) != 1:
             raise ConfigError(f"{where}[{j}]: expected {{\"name\": {{\"node_name\": ..., "
                               "\"data_item\": ...}}}}")
         ((name, source),) = entry.items()
-        _keys(source, {"node_name", "data_item"}, f"{where}[{j}].{name}")
-        found[name] = Connection(_text(source.get("node_name"), f"{where}[{j}].{name}.node_name"),
-                                 _text(source.get("data_item"), f"{where}[{j}].{name}.data_item"))
+        object_of(source, {"node_name", "data_item"}, f"{where}[{j}].{name}")
+        at = f"{where}[{j}].{name}"
+        found[name] = Connection(required_text(source.get("node_name"), f"{at}.node_name"),
+                                 required_text(source.get("data_item"), f"{at}.data_item"))
     return found
 
-
-def _list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise ConfigError(f"{where}: required, a list")
-    return value
-
-
-def _keys(value: Any, allowed: set[str], where: str) -> None:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a JSON object")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown field (JSON schema parse error)")
-
-
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: required, a non-empty string")
-    return value
