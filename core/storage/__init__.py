@@ -105,7 +105,8 @@ def open_repository(url: str, cache_dir: Path) -> Repository:
 
         return LocalRepository(url)
     repository: Repository = _provider(scheme, url, "model repository").open_repository(
-        url, cache_dir)
+        url, cache_dir
+    )
     return repository
 
 

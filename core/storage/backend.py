@@ -65,14 +65,24 @@ def check_path(path: str, url: str) -> str:
     '..', an empty segment, a backslash or a NUL would name another place in a bucket than the
     one written, or leave the cache dir once joined into a local path (ConfigError)."""
     for segment in path.split("/") if path else ():
-        problem = ("an empty path segment" if not segment
-                   else "a NUL character" if "\0" in segment
-                   else "a backslash" if "\\" in segment
-                   else f"the path segment {segment!r}" if segment in (".", "..") else "")
+        problem = (
+            "an empty path segment"
+            if not segment
+            else "a NUL character"
+            if "\0" in segment
+            else "a backslash"
+            if "\\" in segment
+            else f"the path segment {segment!r}"
+            if segment in (".", "..")
+            else ""
+        )
         if problem:
-            raise errors.ConfigError(redact(
-                f"Invalid bucket URL {url!r}: {problem}; a bucket URL takes no '.', '..' or "
-                "empty path segments, backslashes or NUL characters"))
+            raise errors.ConfigError(
+                redact(
+                    f"Invalid bucket URL {url!r}: {problem}; a bucket URL takes no '.', '..' or "
+                    "empty path segments, backslashes or NUL characters"
+                )
+            )
     return path
 
 
@@ -90,11 +100,13 @@ def relative_key(key: str, base: str) -> str:
     parts = rel.split("/")
     if (base and rel == key) or any(p in ("", ".", "..") or "\0" in p for p in parts):
         shown = key.replace("\0", "\\0")
-        raise StorageError(f"Refusing object key that leaves its version folder or cannot be a "
-                           f"file name: {shown!r}")
+        raise StorageError(
+            f"Refusing object key that leaves its version folder or cannot be a "
+            f"file name: {shown!r}"
+        )
     return rel
 
 
 def below(key: str, base: str) -> str:
     """`key` less `base` and the '/' after it, unchecked (see relative_key)."""
-    return key[len(base):].removeprefix("/") if base else key
+    return key[len(base) :].removeprefix("/") if base else key

@@ -34,8 +34,9 @@ def mode(variable: str, aliases: dict[str, Mode] | None = None) -> Mode:
     raise StorageError(f"{variable} must be auto, sdk or rest{older}, not {value!r}")
 
 
-def choose(variable: str, rest_setup: Callable[[], T | str],
-           aliases: dict[str, Mode] | None = None) -> T | None:
+def choose(
+    variable: str, rest_setup: Callable[[], T | str], aliases: dict[str, Mode] | None = None
+) -> T | None:
     """What the REST client reads with, or None for the SDK: `rest_setup()` gives the REST
     client's set-up from the environment, or (a str) why it cannot serve it."""
     chosen = mode(variable, aliases)
@@ -51,5 +52,7 @@ def choose(variable: str, rest_setup: Callable[[], T | str],
 
 def refused(variable: str, reason: str) -> StorageError:
     """The error of `<variable>=rest` for a set-up the REST client cannot serve."""
-    return StorageError(f"{variable}=rest, but the REST client cannot serve this set-up: "
-                        f"{reason}; set {variable}=auto or sdk to read it through the SDK")
+    return StorageError(
+        f"{variable}=rest, but the REST client cannot serve this set-up: "
+        f"{reason}; set {variable}=auto or sdk to read it through the SDK"
+    )

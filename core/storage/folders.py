@@ -40,8 +40,9 @@ def cache_path(cache_dir: Path, *parts: str) -> Path:
     except ValueError:  # a NUL
         inside = False
     if not inside:
-        raise StorageError(f"Refusing the cache folder {'/'.join(parts)!r}: it resolves outside "
-                           "the cache dir")
+        raise StorageError(
+            f"Refusing the cache folder {'/'.join(parts)!r}: it resolves outside the cache dir"
+        )
     return path
 
 
@@ -50,8 +51,9 @@ def disk_full(exc: BaseException | None) -> bool:
 
 
 def no_space(url: str, needed: int) -> StorageError:
-    return StorageError(f"Cannot download {url}: no space left in the cache dir "
-                        f"({needed / 1e6:.1f} MB needed)")
+    return StorageError(
+        f"Cannot download {url}: no space left in the cache dir ({needed / 1e6:.1f} MB needed)"
+    )
 
 
 def publish(tmp: Path, target: Path) -> None:

@@ -49,6 +49,7 @@ def describe(status: int | None, code: str, message: str, container: str) -> str
 
 def choose(connection_string: str | None, url: str | None) -> Account | None:
     """The account the REST client reads, or None for the SDK (OVS_AZURE_CLIENT)."""
+
     def rest_setup() -> Account | str:
         from core.storage.azure import rest
 

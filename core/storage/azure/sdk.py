@@ -75,8 +75,6 @@ def _first_line(exc: Exception) -> str:
 
 
 class AzureBackend:
-    """One container through azure-storage-blob; the client is built on first use."""
-
     scheme = "az"
 
     def __init__(self, container: str) -> None:

@@ -33,6 +33,7 @@ def not_found(bucket: str, listing: bool) -> str:
 
 def choose() -> Where | None:
     """Where the REST client reads, or None for the SDK (OVS_GCS_CLIENT)."""
+
     def rest_setup() -> Where | str:
         from core.storage.gcs import rest
 

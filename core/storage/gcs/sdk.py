@@ -67,8 +67,6 @@ def _errors(what: str, bucket: str, listing: bool = False) -> Iterator[None]:
 
 
 class GcsBackend:
-    """One bucket through google-cloud-storage; the client is built on first use."""
-
     scheme = "gs"
 
     def __init__(self, bucket: str) -> None:

@@ -27,8 +27,16 @@ if TYPE_CHECKING:
 
 SCHEMES = ("s3",)
 VARIABLE = "OVS_S3_CLIENT"
-DENIED = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-          "ExpiredToken", "InvalidToken", "AllAccessDisabled"}
+DENIED = {
+    "AccessDenied",
+    "403",
+    "Forbidden",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "AllAccessDisabled",
+}
 MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
@@ -78,6 +86,7 @@ def describe(code: str, message: str, bucket: str) -> str:
 
 def choose(endpoint_url: str | None) -> tuple[Credentials, str] | None:
     """(credentials, region) for the REST client, or None for boto3 (OVS_S3_CLIENT)."""
+
     def rest_setup() -> tuple[Credentials, str] | str:
         from core.storage.s3 import rest
 
