@@ -110,7 +110,9 @@ def run_warm(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload
             args.clients * per_client)}  # as many calls as a served run, once on each side
     config = root / "repo" / "config.json"
     servers: list[tuple[str, str, dict[str, str], Path, tuple[str, ...]]] = [
-        ("ov-serverless", "THROUGHPUT", {}, config, cases.ALL_CASES)]  # `serve`: concurrent
+        # `serve` (concurrent, adaptive): a lone request runs on its LATENCY compile, so the
+        # 1-client rows pair with raw LATENCY; N clients compare with the faster raw queue
+        ("ov-serverless adaptive", "LATENCY", {}, config, cases.ALL_CASES)]
     if not args.quick:
         servers.append(("ov-serverless", "LATENCY", {"OVS_CONCURRENT": "0"}, config,
                         cases.ALL_CASES))

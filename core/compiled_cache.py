@@ -252,7 +252,5 @@ def export_manager(manager: Any, folder: Path, per_version: bool = False) -> lis
     for served in manager.models.values():
         for number, version in sorted(served.versions.items()):
             into = folder / served.name / str(number) / BLOB_FOLDER if per_version else folder
-            blob = version.export_blob(into)
-            if blob is not None:
-                written.append(blob)
+            written.extend(version.export_blobs(into))  # an adaptive version has two
     return written

@@ -160,6 +160,10 @@ BATCH_SIZE = Histogram("ov_serverless_batch_size",
 AUTO_RELOADS = Counter("ov_serverless_auto_reloads",
                        "Reloads of a batch_size/shape auto version for a request of another shape",
                        ("name", "version"))
+VARIANT_REQUESTS = Counter("ov_serverless_variant_requests",
+                           "Inferences per compiled variant of a version (latency / throughput "
+                           "when it adapts to the requests in flight, fixed otherwise)",
+                           ("name", "version", "variant"))
 COLD_START = Gauge("ov_serverless_cold_start_seconds",
                    "Cold-start stage durations (manager: config_apply_s; per version: read_s, "
                    "compile_s)", ("stage", "name", "version"))

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from core import devices, metrics, tensors
+from core import adaptive, devices, metrics, tensors
+from core.adaptive import Variant
 from core.auto_shape import Fit
 from core.batching import Batcher
 from core.config import BatchingConfig, ModelConfig
@@ -108,6 +109,8 @@ def find_model_file(folder: Path) -> Path:
 
 
 class ModelVersion:
+    single_variant = False  # a subclass that must run on one compiled model (stateful)
+
     def __init__(self, config: ModelConfig, version: int, folder: Path, cache_dir: str,
                  files: VersionFiles | None = None) -> None:
         self.config = config
@@ -128,6 +131,13 @@ class ModelVersion:
         self._compiled: ov.CompiledModel | None = None
         self._blob: np.memmap | None = None  # an imported blob's mapping, backing the weights
         self._pool: queue.Queue[ov.InferRequest] = queue.Queue()
+        # the variant every request may run on (_compiled, _pool), and the throughput one of
+        # an adaptive version once it is compiled (core.adaptive)
+        self._first: Variant | None = None
+        self._second: Variant | None = None
+        self._second_lock = threading.Lock()
+        self._adapts = False
+        self._variant_args: tuple[str, dict[str, Any]] = ("", {})  # device, latency properties
         self._batcher: Batcher | None = None
         self._inflight = 0
         self._idle = threading.Condition()
@@ -181,6 +191,7 @@ class ModelVersion:
         with self._idle:
             self._idle.wait_for(lambda: self._inflight == 0, timeout=300)  # any that came since
             self._compiled = self._blob = None  # the mapping too: its file may be deleted
+            self._first = self._second = None  # both variants of an adaptive version
             self._pool = queue.Queue()
             self._set(Status(State.END))
 
@@ -201,6 +212,11 @@ class ModelVersion:
         aliases = mapping.load(self.folder)
         core, properties = ov_core(), self._compile_config()
         device = devices.resolve(core, self.config.target_device)
+        self._adapts = adaptive.applies(
+            compiled_cache.profile().concurrent, device, self._tuning_keys(),
+            self.single_variant or self.config.dynamic_batching is not None)
+        if self._adapts:
+            properties = adaptive.hinted(properties, adaptive.LATENCY)
         self.blob_key = self._blob_name(core, device, properties)
         found = compiled_cache.find(self.blob_key, self.files, self.cache_dir) \
             if self.blob_key else None
@@ -208,6 +224,7 @@ class ModelVersion:
         imported = compiled_cache.load(core, found, device, properties) if found else None
         self.timings["blob_hit"] = float(imported is not None)
         self.timings["read_s"] = 0.0  # no read when a blob imports
+        model: ov.Model | None = None
         if imported is not None:
             self._compiled, self._blob = imported
         else:
@@ -222,6 +239,81 @@ class ModelVersion:
         self._fill_pool()
         if self.config.dynamic_batching is not None:
             self._start_batching(self.config.dynamic_batching)
+        if self._adapts:
+            self._variant_args = (device, properties)
+            self._second_later(model, aliases)
+
+    def _tuning_keys(self) -> set[str]:
+        """The compile properties the config sets (adaptation leaves a tuned version alone)."""
+        return set(self.config.plugin_config)
+
+    # -- the throughput variant of an adaptive version (core.adaptive) -------------------------
+
+    def _second_later(self, model: ov.Model | None, aliases: Any) -> None:
+        """Compile the throughput variant on a background thread once the first request has
+        been answered (at most adaptive.SECOND_WAIT_S after the load), so that the first answer
+        does not share the CPU with it."""
+        def run() -> None:
+            self._export_gate.wait(adaptive.SECOND_WAIT_S)
+            self._compile_second(model, aliases)
+
+        threading.Thread(target=run, name=f"variant-{self.name}-{self.version}",
+                         daemon=True).start()
+
+    def _second_key(self) -> tuple[str, dict[str, Any], str]:
+        """The throughput variant's device, compile properties and blob key."""
+        device, properties = self._variant_args
+        wanted = adaptive.hinted(properties, adaptive.THROUGHPUT)
+        return device, wanted, self._blob_name(ov_core(), device, wanted)
+
+    def _compile_second(self, model: ov.Model | None, aliases: Any) -> None:
+        """Import or compile the throughput variant and start routing crowds to it (once)."""
+        from core import compiled_cache
+
+        with self._second_lock:
+            if self._second is not None or self._retiring():
+                return
+            core = ov_core()
+            device, wanted, key = self._second_key()
+            started = time.perf_counter()
+            try:
+                compiled, blob = self._variant_model(core, device, wanted, key, model, aliases)
+            except (ServingError, RuntimeError, OSError, ValueError, TypeError) as exc:
+                log.warning("Version %d of model %s: no throughput variant (%s); every request "
+                            "runs on the latency one", self.version, self.name, _cause(exc))
+                return
+            self.timings["throughput_compile_s"] = time.perf_counter() - started
+            second = Variant(adaptive.THROUGHPUT, compiled, self._make_pool(compiled),
+                             self._served(adaptive.THROUGHPUT), blob)
+            with self._idle:
+                first = self._first
+                if first is None or self._retiring():  # retired meanwhile: nothing to serve
+                    return
+                self._second = second
+            labels = (self.name, str(self.version))
+            metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).inc(second.pool.qsize())
+            metrics.STREAMS.labels(*labels).set(max(_streams(compiled),
+                                                    _streams(first.compiled)))
+            if key:
+                compiled_cache.save_later(compiled, key, self.cache_dir, self._export_gate,
+                                          self._retiring)
+
+    def _variant_model(self, core: ov.Core, device: str, properties: dict[str, Any], key: str,
+                       model: ov.Model | None, aliases: Any
+                       ) -> tuple[ov.CompiledModel, np.memmap | None]:
+        """The variant's blob when one has its key, else a compile of the version's model (the
+        one the first variant compiled, or read again when that one came from a blob)."""
+        from core import compiled_cache
+
+        found = compiled_cache.find(key, self.files, self.cache_dir) if key else None
+        imported = compiled_cache.load(core, found, device, properties) if found else None
+        if imported is not None:
+            return imported
+        if model is None:
+            read_s = self.timings.get("read_s", 0.0)
+            model = self._read(self.model_file or self._model_path(), aliases)
+            self.timings["read_s"] = read_s  # the first variant's read stays the cold start's
+        return core.compile_model(model, device, properties), None
 
     def _model_path(self) -> Path:
         """The file to read; subclasses with a fixed layout name theirs."""
@@ -236,6 +328,22 @@ class ModelVersion:
         if compiled is None or not self.available or not self.blob_key:
             return None
         return compiled_cache.write(compiled, self.blob_key, folder)
+
+    def export_blobs(self, folder: Path) -> list[Path]:
+        """export_blob, and for an adaptive version its throughput variant's blob too (compiled
+        now if the background has not yet): each variant has its own key."""
+        from core import compiled_cache
+
+        first = self.export_blob(folder)
+        if first is None:
+            return []
+        if not self._adapts:
+            return [first]
+        self._compile_second(None, _mapping(self.folder))  # a no-op once compiled
+        second, key = self._second, self._second_key()[2]
+        if second is None or not key:
+            return [first]
+        return [first, compiled_cache.write(second.compiled, key, folder)]
 
     def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
         """The compiled blob's key; "" when the config disallows blobs."""
@@ -276,24 +384,37 @@ class ModelVersion:
         return config
 
     def _fill_pool(self) -> None:
-        """nireq InferRequests; by default OpenVINO's optimal number, and on a concurrent host
-        at least two per stream, so a stream has the next request queued when one ends."""
-        from core import compiled_cache
-
+        """The first variant's InferRequests (every request's, unless the version adapts)."""
         assert self._compiled is not None
-        streams = _streams(self._compiled)
-        size = self.config.nireq or int(
-            self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")
-        )
-        if not self.config.nireq and compiled_cache.profile().concurrent:
-            size = max(size, 2 * streams)
-        for _ in range(max(size, 1)):
-            self._pool.put(self._compiled.create_infer_request())
+        self._pool = self._make_pool(self._compiled, lone=self._adapts)
+        kind = adaptive.LATENCY if self._adapts else adaptive.FIXED
+        self._first = Variant(kind, self._compiled, self._pool, self._served(kind), self._blob)
         labels = (self.name, str(self.version))
         self._wait_metric = metrics.WAIT_FOR_INFER_REQ.labels(*labels)
         self._active_metric = metrics.INFER_REQ_ACTIVE.labels(*labels)
-        metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).set(max(size, 1))
-        metrics.STREAMS.labels(*labels).set(streams)
+        metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).set(self._pool.qsize())
+        metrics.STREAMS.labels(*labels).set(_streams(self._compiled))
+
+    def _make_pool(self, compiled: ov.CompiledModel, lone: bool = False
+                   ) -> queue.Queue[ov.InferRequest]:
+        """nireq InferRequests; by default OpenVINO's optimal number, and on a concurrent host
+        at least two per stream, so a stream has the next request queued when one ends. The
+        latency variant of an adaptive version (`lone`) only runs a request that is alone in
+        flight: one InferRequest (each holds its own activation buffers)."""
+        from core import compiled_cache
+
+        size = self.config.nireq or int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        if lone:
+            size = 1
+        elif not self.config.nireq and compiled_cache.profile().concurrent:
+            size = max(size, 2 * _streams(compiled))
+        pool: queue.Queue[ov.InferRequest] = queue.Queue()
+        for _ in range(max(size, 1)):
+            pool.put(compiled.create_infer_request())
+        return pool
+
+    def _served(self, kind: str) -> Any:
+        return metrics.VARIANT_REQUESTS.labels(self.name, str(self.version), kind)
 
     def _start_batching(self, config: BatchingConfig) -> None:
         fixed = [spec.name for spec in (*self.inputs.values(), *self.outputs.values())
@@ -380,14 +501,29 @@ class ModelVersion:
 
     def _run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._batcher is not None:
+            if self._first is not None:
+                self._first.served.inc()
             return self._batcher.infer(feed)
+        first = self._first
+        if first is None:  # never built a pool (serving() only admits a loaded version)
+            raise ModelNotReadyError(
+                f"Model with requested version is not loaded yet - name: {self.name}; "
+                f"version: {self.version}")
+        variant = adaptive.pick(self._inflight, first, self._second)
+        variant.served.inc()
         waited = time.perf_counter()
-        request = self._pool.get()
+        request = variant.pool.get()
         self._wait_metric.observe((time.perf_counter() - waited) * 1e6)
         try:
             return self._infer_on(request, feed)
         finally:
-            self._pool.put(request)
+            variant.pool.put(request)
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The compiled variants serving now: ("fixed",), ("latency",) or ("latency",
+        "throughput")."""
+        return tuple(v.kind for v in (self._first, self._second) if v is not None)
 
     def _infer_on(self, request: ov.InferRequest, feed: dict[str, np.ndarray]
                   ) -> dict[str, np.ndarray]:
@@ -434,6 +570,12 @@ def _cause(exc: Exception) -> str:
                                                                      "Check '"))]
     text = " ".join(useful) or " ".join(line for line in lines if line)
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, RuntimeError) else text
+
+
+def _mapping(folder: Path) -> Any:
+    from core import mapping
+
+    return mapping.load(folder)
 
 
 def _graph_extras(config: ModelConfig, fit: Fit) -> tuple[object, ...]:

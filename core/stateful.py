@@ -46,6 +46,7 @@ class _Sequence:
 
 
 class StatefulModelVersion(ModelVersion):
+    single_variant = True  # a sequence's state lives in one InferRequest of one compiled model
     idle_seconds = IDLE_SECONDS
 
     def _build(self) -> None:

@@ -54,14 +54,17 @@ def _fast(doc: Any, body: bytes, specs: Mapping[str, TensorSpec]
           ) -> tuple[Inputs, str] | None:
     """Big numeric bodies without Python floats (see core.codecs.common); None: the exact path.
 
-    Covers `{"instances": <numbers>}` and `{"inputs": <numbers>}` for a one-input model and
-    `{"inputs": {name: <numbers>, ...}}`, where every array is regular and numeric."""
+    Covers `{"instances": <numbers>}` and `{"inputs": <numbers>}` for a one-input model,
+    `{"inputs": {name: <numbers>, ...}}` and `{"instances": [{name: <numbers>, ...}, ...]}`
+    (float inputs), where every array is regular and numeric."""
     if not is_object(doc) or len(doc) != 1:
         return None
     key = next(iter(doc))
     if key not in ("instances", "inputs"):
         return None
     value = doc[key]
+    if key == "instances" and is_array(value) and len(value) and is_object(value[0]):
+        return _fast_named_rows(value, body, specs)
     if is_array(value):
         if len(specs) != 1:
             return None
@@ -87,6 +90,36 @@ def _fast(doc: Any, body: bytes, specs: Mapping[str, TensorSpec]
     if brackets(body) != expected:
         return None
     return inputs, ROW if key == "instances" else COLUMN
+
+
+def _fast_named_rows(instances: Any, body: bytes, specs: Mapping[str, TensorSpec]
+                     ) -> tuple[Inputs, str] | None:
+    """`[{name: <numbers>, ...}, ...]` with the same names in the same order in every
+    instance, each a regular array of one shape, for float inputs only (an integer input's
+    range check spans the whole batch, which the exact path does): the instances stacked."""
+    rows = [members(item) if is_object(item) else None for item in instances]
+    first = rows[0]
+    if first is None or not first or any(row is None or list(row) != list(first)
+                                         for row in rows):
+        return None
+    inputs: Inputs = {}
+    expected = 1  # the instances list
+    for name in first:
+        spec = specs.get(name)
+        if spec is None or spec.dtype is tensors.BYTES or spec.dtype.numpy.kind != "f":
+            return None
+        parts: list[np.ndarray] = []
+        for row in rows:
+            assert row is not None
+            found = fast_numeric(row[name], spec.dtype.numpy)
+            if found is None or (parts and found[0].shape != parts[0].shape):
+                return None
+            parts.append(found[0])
+            expected += found[1] + name.count("[")
+        inputs[name] = np.stack(parts)
+    if brackets(body) != expected:
+        return None
+    return inputs, ROW
 
 
 def _rows(instances: Any, specs: Mapping[str, TensorSpec]) -> Inputs:

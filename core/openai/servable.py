@@ -93,6 +93,9 @@ class TextModelVersion(ModelVersion):
                        if k not in self.config.plugin_config})  # the config entry wins
         return config
 
+    def _tuning_keys(self) -> set[str]:
+        return {*self.config.plugin_config, *self.options.plugin_config}
+
     def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
         """The blob holds the pooling and normalisation too: the options are in its key."""
         from core import compiled_cache

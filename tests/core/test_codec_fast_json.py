@@ -121,3 +121,33 @@ def test_array_hidden_where_a_number_belongs_is_refused_exactly() -> None:
     assert len(body) > common.FAST_MIN_BYTES
     with pytest.raises(ServingError, match="Not valid ndarray"):
         tfs_rest.decode(body, spec)
+
+
+TWO = {name: {key: TensorSpec(key, tensors.BY_KSERVE[name], (ANY,) * 3) for key in ("x", "y")}
+       for name in SPECS}
+named_rows = st.lists(st.fixed_dictionaries({"x": values, "y": regular}), min_size=1, max_size=3)
+
+
+@PROPERTY
+@given(instances=named_rows | st.lists(st.fixed_dictionaries({"x": regular}), min_size=1,
+                                       max_size=3),
+       dtype=st.sampled_from(sorted(SPECS)), swap=st.booleans())
+def test_tfs_named_rows_fast_equals_exact(both: Any, instances: list[dict[str, Any]],
+                                          dtype: str, swap: bool) -> None:
+    """Rows naming their inputs: stacked by the fast path exactly as the exact path does,
+    or the same error (ragged, mixed shapes, names in another order, any dtype)."""
+    if swap and len(instances) > 1 and "y" in instances[-1]:
+        instances[-1] = dict(reversed(list(instances[-1].items())))
+    body = json.dumps({"instances": instances}).encode()
+    fast, slow = both(lambda: tfs_rest.decode(body, TWO[dtype])[0])
+    same(fast, slow)
+
+
+def test_big_named_rows_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = np.random.default_rng(1).random((2, 3, 32, 32), dtype=np.float32)
+    spec = {"input": TensorSpec("input", tensors.BY_KSERVE["FP32"], (ANY,) * 4)}
+    body = orjson.dumps({"instances": [{"input": row.tolist()} for row in x]})
+    assert len(body) > common.FAST_MIN_BYTES
+    monkeypatch.setattr(tfs_rest, "loads", None)  # the orjson path would fail now
+    inputs, form = tfs_rest.decode(body, spec)
+    assert form == tfs_rest.ROW and inputs["input"].tobytes() == x.tobytes()

@@ -52,11 +52,25 @@ def _identity(dtype: type, name: str) -> ov.Model:
     return ov.Model([y], [x], name)
 
 
+def _two_inputs() -> ov.Model:
+    """a [N,4], b [M,4] -> a * 2, b * 3: two inputs whose shapes any valid request may pick
+    independently (an a + b model fails inside OpenVINO when N != M, a 500 by design)."""
+    a = ops.parameter([-1, 4], np.float32, name="a")
+    b = ops.parameter([-1, 4], np.float32, name="b")
+    a.output(0).set_names({"a"})
+    b.output(0).set_names({"b"})
+    twice = ops.multiply(a, np.array([2], np.float32))
+    twice.output(0).set_names({"twice"})
+    thrice = ops.multiply(b, np.array([3], np.float32))
+    thrice.output(0).set_names({"thrice"})
+    return ov.Model([twice, thrice], [a, b], "two_inputs")
+
+
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> App:
     root: Path = tmp_path_factory.mktemp("threshold")
     save_ir(models.scaler(3.0), root / "scaler" / "1")
-    save_ir(models.two_inputs(), root / "two_inputs" / "1")
+    save_ir(_two_inputs(), root / "two_inputs" / "1")
     for name, datatype in MODELS.items():
         if name != "scaler":
             save_ir(_identity(tensors.BY_KSERVE[datatype].numpy, name), root / name / "1")

