@@ -100,11 +100,11 @@ class Folders:
             if count > 1:
                 self._users[folder] = count - 1
                 return
+            fd = self._locks.pop(folder, None)
+            if fd is None:  # never acquired (a version whose fetch failed)
+                return
             for dest in [d for d in self._downloads if d.is_relative_to(folder)]:
                 del self._downloads[dest]
-            fd = self._locks.pop(folder, None)
-            if fd is None:
-                return
             try:
                 gone = _take(folder, fd)
             finally:
