@@ -31,7 +31,7 @@ _ALIVE: list[Any] = []
 
 
 class _Downloads(logging.Handler):
-    """Sums the `seconds` of core.storage.remote's downloads (a version's files, a blob, the
+    """Sums the `seconds` of core.storage.bucket's downloads (a version's files, a blob, the
     weights a version left in the bucket)."""
 
     def __init__(self) -> None:

@@ -8,7 +8,7 @@ one real IR (y = x @ W, W: f32 random, ~--mb MB) with the real SDKs. Then, per b
   fetch   `Repository.fetch()` of a new repository (so: SDK client setup + listing +
           download) into an empty cache (cold), then again into the filled cache (warm)
   load    `ModelManager.start()` into an empty cache dir (no download, no compiled blob):
-          download s (the remote.py "model version ready" log line), read s and compile s
+          download s (core.storage.bucket's "model version ready" log line), read s and compile s
           (ModelVersion.timings), and the whole start.
 Emulators are local processes: this measures the client + emulator path, not a cloud network.
 Results also go to bench/results/storage_load.json.
@@ -60,7 +60,7 @@ def model_files(mb: float) -> dict[str, bytes]:
 
 
 class DownloadLog(logging.Handler):
-    """Keeps the `seconds` of remote.py's "model version ready" records."""
+    """Keeps the `seconds` of core.storage.bucket's "model version ready" records."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)

@@ -21,7 +21,7 @@ Lookup order (first hit wins; a blob that fails to import falls back to a compil
      on Cloud Run, where the whole filesystem is memory and each instance starts empty)
   4. `<version>/.ov-compiled/` in the bucket: a version's download leaves its blobs (and its
      weights) out, and only the one with this host's key is downloaded, now
-     (core.storage.remote.LAZY); the weights follow only if no blob imports
+     (VersionFiles.blob, core.storage); the weights follow only if no blob imports
 Import reads the blob through a copy-on-write memory map (no read into Python bytes).
 
 Measured on the 2-core bench machine (bench/run.py), OpenVINO 2026.4, ResNet-50-sized FP16
@@ -49,8 +49,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from core.storage import BLOB_FOLDER, GRAPH_SUFFIXES
-from core.storage import remote as remote_storage
+from core.storage import BLOB_FOLDER, GRAPH_SUFFIXES, VersionFiles
 
 log = logging.getLogger("ov_serverless.compiled_cache")
 
@@ -122,7 +121,7 @@ def _cpu_flags() -> str:
     return ""
 
 
-def key(core: ov.Core, device: str, folder: Path, properties: dict[str, Any],
+def key(core: ov.Core, device: str, files: VersionFiles, properties: dict[str, Any],
         model_options: Iterable[object]) -> str:
     digest = hashlib.blake2b(digest_size=16)
     digest.update(_device_id(core, device).encode())
@@ -131,8 +130,9 @@ def key(core: ov.Core, device: str, folder: Path, properties: dict[str, Any],
             digest.update(f"\0{name}={value}".encode())
     for option in model_options:
         digest.update(f"\0{option!r}".encode())
+    folder = files.folder
     local = {p.relative_to(folder).as_posix(): p for p in _model_files(folder)}
-    listed = remote_storage.LAZY.tags(folder)  # weight files of a bucket's version
+    listed = files.listed_weights()  # weight files of a bucket's version
     for rel in sorted(local.keys() | listed.keys(), key=lambda r: r.split("/")):
         if rel in listed:  # the tag changes whenever the content does; the file may be unread
             size, tag = listed[rel]
@@ -165,13 +165,13 @@ def _sample(digest: Any, path: Path, whole: bool) -> None:
 # -- blobs -------------------------------------------------------------------------------------
 
 
-def find(name: str, folder: Path, cache_dir: str) -> Path | None:
-    for base in (*_profile.blob_dirs, str(folder / BLOB_FOLDER), _local_dir(cache_dir)):
+def find(name: str, files: VersionFiles, cache_dir: str) -> Path | None:
+    for base in (*_profile.blob_dirs, str(files.folder / BLOB_FOLDER), _local_dir(cache_dir)):
         if base:
             candidate = Path(base) / f"{name}.blob"
             if candidate.is_file():
                 return candidate
-    return remote_storage.LAZY.blob(folder, f"{name}.blob")
+    return files.blob(f"{name}.blob")
 
 
 def _local_dir(cache_dir: str) -> str:

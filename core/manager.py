@@ -21,7 +21,7 @@ from core.config import MetricsConfig, ModelConfig, ServerConfig, Settings
 from core.config.pipelines import PipelineConfig
 from core.model import RETIRE_GRACE_S, ModelVersion, State, Status, add_extension
 from core.pipelines import Pipeline
-from core.storage import Repository, open_repository
+from core.storage import Repository, VersionFiles, open_repository
 from core.storage.secrets import redact
 
 log = logging.getLogger("ov_serverless.manager")
@@ -110,7 +110,7 @@ class ServedModel:
                         and before[v].status.state in (State.START, State.AVAILABLE)]
             for v in fresh:  # failed objects overwritten here hold no model, only files
                 if v in before and before[v].status.state is State.LOADING:
-                    self.repository.release(before[v].folder)
+                    self.repository.release(before[v].files)
             self.versions = {**before, **fresh}
             # a version whose files were read is not tried again until they change; one whose
             # files could not be fetched (storage down) is retried on the next sync
@@ -154,7 +154,7 @@ class ServedModel:
                            "the previous files keep serving")
                 log.error("Model %s version %d: %s", self.name, number, message)
                 old.status = Status(State.AVAILABLE, new.status.error_code, message)
-                self.repository.release(new.folder)
+                self.repository.release(new.files)
                 continue
             kept[number] = new
         return kept
@@ -163,15 +163,15 @@ class ServedModel:
         """A new version object (loaded unless lazy) and whether its files were fetched."""
         kind = _version_class(self.config)
         try:
-            folder = self.repository.fetch(number)
+            files = self.repository.fetch(number)
         except Exception as exc:  # this version fails, with the cause; the others serve
             failed = kind(self.config, number, Path(), self.cache_dir)
             failed.status = Status(State.LOADING, "UNKNOWN",
                                    _relative(_cause(exc), self.config.base_path))
             log.error("Model %s version %d: %s", self.name, number, _cause(exc))
             return failed, False
-        version = _version_class(self.config, folder)(self.config, number, folder,
-                                                      self.cache_dir)
+        version = _version_class(self.config, files.folder)(
+            self.config, number, files.folder, self.cache_dir, files=files)
         if auto_shape.uses_auto(self.config):
             version.refit = self.refit
         if load:
@@ -197,7 +197,8 @@ class ServedModel:
         started = time.perf_counter()
         log.info("Model %s version %d: reloading for %s (auto)", self.name, current.version,
                  fit.describe())
-        version = type(current)(self.config, current.version, current.folder, self.cache_dir)
+        version = type(current)(self.config, current.version, current.folder, self.cache_dir,
+                                files=current.files)
         version.fit, version.refit = fit, self.refit
         serving = current.status
         current.status = Status(State.AVAILABLE, "OK", f"Reloading for {fit.describe()} "
@@ -243,13 +244,13 @@ class ServedModel:
 
     def _retire(self, version: ModelVersion, release: bool = True) -> None:
         """UNLOADING now (no new request resolves it); END in the background once drained,
-        then its downloaded files go (core.storage.remote counts who still uses them) unless
+        then its downloaded files go (core.storage.folders counts who still uses them) unless
         an auto reload of the version took them over (release False)."""
         if version.unpublish():
             def drain() -> None:
                 version.drain()
                 if release:
-                    self.repository.release(version.folder)
+                    self.repository.release(version.files)
 
             threading.Thread(target=drain, name=f"retire-{version.name}-{version.version}",
                              daemon=True).start()
@@ -540,8 +541,8 @@ class _Unreadable:
     def versions(self) -> dict[int, str]:
         raise errors.StorageError(self.message)
 
-    def fetch(self, version: int) -> Path:
+    def fetch(self, version: int) -> VersionFiles:
         raise errors.StorageError(self.message)
 
-    def release(self, folder: Path) -> None:
+    def release(self, files: VersionFiles) -> None:
         """Nothing was fetched."""

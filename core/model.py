@@ -30,6 +30,7 @@ from core.config import BatchingConfig, ModelConfig
 from core.errors import ConfigError, InternalError, ModelNotReadyError, ServingError
 from core.shapes import ANY, Dim, Dims
 from core.signature import Inputs, TensorSpec, validate
+from core.storage import VersionFiles
 
 log = logging.getLogger("ov_serverless.model")
 
@@ -110,11 +111,14 @@ def find_model_file(folder: Path) -> Path:
 class ModelVersion:
     single_variant = False  # a subclass that must run on one compiled model (stateful)
 
-    def __init__(self, config: ModelConfig, version: int, folder: Path, cache_dir: str) -> None:
+    def __init__(self, config: ModelConfig, version: int, folder: Path, cache_dir: str,
+                 files: VersionFiles | None = None) -> None:
         self.config = config
         self.name = config.name
         self.version = version
         self.folder = folder
+        # what storage fetched into `folder`, some perhaps still in the bucket
+        self.files = files if files is not None else VersionFiles(folder)
         self.cache_dir = cache_dir
         self.status = Status(State.START)
         self.model_file: Path | None = None  # what _build found in the folder
@@ -214,7 +218,7 @@ class ModelVersion:
         if self._adapts:
             properties = adaptive.hinted(properties, adaptive.LATENCY)
         self.blob_key = self._blob_name(core, device, properties)
-        found = compiled_cache.find(self.blob_key, self.folder, self.cache_dir) \
+        found = compiled_cache.find(self.blob_key, self.files, self.cache_dir) \
             if self.blob_key else None
         started = time.perf_counter()  # after find: a blob's download is a storage timing
         imported = compiled_cache.load(core, found, device, properties) if found else None
@@ -301,7 +305,7 @@ class ModelVersion:
         one the first variant compiled, or read again when that one came from a blob)."""
         from core import compiled_cache
 
-        found = compiled_cache.find(key, self.folder, self.cache_dir) if key else None
+        found = compiled_cache.find(key, self.files, self.cache_dir) if key else None
         imported = compiled_cache.load(core, found, device, properties) if found else None
         if imported is not None:
             return imported
@@ -348,7 +352,7 @@ class ModelVersion:
         c = self.config
         if not c.allow_cache:
             return ""
-        return compiled_cache.key(core, device, self.folder, properties, (
+        return compiled_cache.key(core, device, self.files, properties, (
             type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
             c.low_latency_transformation, *_graph_extras(c, self.fit)))
 
@@ -356,9 +360,8 @@ class ModelVersion:
         """The model as config says to serve it: weights a bucket still holds are downloaded
         first, then read, transformed (subclasses), reshaped and re-laid-out."""
         from core import reshape
-        from core.storage import remote
 
-        remote.LAZY.complete(self.folder)
+        self.files.complete()
         started = time.perf_counter()
         model = ov_core().read_model(str(path))
         self.timings["read_s"] = time.perf_counter() - started

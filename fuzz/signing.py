@@ -1,6 +1,6 @@
 """Fuzzed comparison of the REST clients' request signing with the SDKs they stand in for:
-core.storage.s3_rest.signed_headers (SigV4) with botocore's S3SigV4Auth, and
-core.storage.azure_rest.authorization (Shared Key) with azure-storage-blob's
+core.storage.s3.rest.signed_headers (SigV4) with botocore's S3SigV4Auth, and
+core.storage.azure.rest.authorization (Shared Key) with azure-storage-blob's
 SharedKeyCredentialPolicy, on the requests the clients send (listings with prefixes and
 continuation tokens, whole and ranged GETs of keys with unicode and reserved characters, with
 and without a session token).
@@ -25,7 +25,8 @@ from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.storage import azure_rest, s3_rest  # noqa: E402
+from core.storage.azure import rest as azure_rest  # noqa: E402
+from core.storage.s3 import rest as s3_rest  # noqa: E402
 
 # characters a key or token may hold: reserved, unicode, and what encoders get wrong
 ODD = " +%=&?#;:@$,!*'()[]~/\\\"<>^`{|}é日本𝄞\u00a0\u200b"

@@ -34,7 +34,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -194,22 +193,15 @@ def renew_storage(app: App) -> None:
     """A fresh client for every bucket repository: pooled connections (dead or shared after a
     restore), SDK clients and the credentials read when they were built are dropped, and the
     next call reads the environment's credentials anew."""
-    from core.storage import gcs_rest, open_repository
-    from core.storage.remote import RemoteRepository
+    from core import storage
 
     for served in [*app.manager.models.values(), *app.manager.retired.values()]:
-        repository = served.repository
-        if not isinstance(repository, RemoteRepository):
-            continue
         try:
-            fresh = open_repository(repository.url, Path(served.cache_dir) / "models")
+            storage.renew_client(served.repository)
         except ServingError as exc:  # e.g. credentials gone: the old client fails visibly
             log.error("Model %s: cannot renew its storage client: %s", served.name,
                       exc.message)
-            continue
-        if isinstance(fresh, RemoteRepository):
-            repository.backend = fresh.backend
-    gcs_rest.Token._all.clear()  # metadata-server tokens and their expiry clocks
+    storage.forget_tokens()  # metadata-server tokens and their expiry clocks
 
 
 def restart_clocks(app: App) -> None:

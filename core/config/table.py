@@ -77,10 +77,11 @@ def _cors(what: str) -> Setting:
                    env=f"OVS_ALLOWED_{what.upper()}", default="*", commands=HTTP, empty=True)
 
 
-def _storage_client(cloud: str, env: str) -> Setting:
+def _storage_client(cloud: str, env: str, extra: str = "") -> Setting:
     return Setting(env.lower(), TEXT, f"which client reads {cloud}: `auto` takes the small REST "
                    "client where the environment allows it (skipping the SDK's import on a cold "
-                   "start), else the SDK; a value names one (core/storage)", env=env,
+                   "start), else the SDK; `sdk` or `rest` forces one (`rest` fails the model with "
+                   "the reason when the set-up needs the SDK)" + extra, env=env,
                    default="auto", target=DOCUMENTED)
 
 
@@ -196,7 +197,7 @@ TABLE: tuple[Setting, ...] = (
     _serve("rest_read_timeout_seconds", NUMBER, "close a REST client that sends nothing for "
            "this long mid-request (`0`: never)", 30.0),
     # read where they are used
-    _storage_client("S3", "OVS_S3_CLIENT"),
+    _storage_client("S3", "OVS_S3_CLIENT", "; `boto3` means `sdk`"),
     _storage_client("Cloud Storage", "OVS_GCS_CLIENT"),
     _storage_client("Azure Blob", "OVS_AZURE_CLIENT"),
     Setting("azure_auth_level", TEXT, "Azure Functions: the route's auth level, `ANONYMOUS`, "

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from core.storage import Repository
-from core.storage.local import LocalRepository, _fingerprint
+from core.storage import Repository, VersionFiles
+from core.storage.local import LocalRepository, folder_fingerprint
 
 MARKERS = ("graph.pbtxt", "openvino_model.xml")
 
@@ -26,15 +24,15 @@ class FlatFolder:
         found = self.inner.versions()
         if found or not self._flat():
             return found
-        fingerprint = _fingerprint(self.inner.base)
+        fingerprint = folder_fingerprint(self.inner.base)
         return {1: fingerprint} if fingerprint is not None else {}
 
-    def fetch(self, version: int) -> Path:
+    def fetch(self, version: int) -> VersionFiles:
         if version == 1 and self._flat() and not self.inner.versions():
-            return self.inner.base
+            return VersionFiles(self.inner.base)
         return self.inner.fetch(version)
 
-    def release(self, folder: Path) -> None:
+    def release(self, files: VersionFiles) -> None:
         """The user's own files: never deleted."""
 
 

@@ -103,7 +103,7 @@ class TextModelVersion(ModelVersion):
         if not self.config.allow_cache:
             return ""
         o = self.options
-        return compiled_cache.key(core, device, self.folder, properties, (
+        return compiled_cache.key(core, device, self.files, properties, (
             type(self).__name__, o.task, o.pooling, o.normalize))
 
     def _transform(self, model: ov.Model) -> None:

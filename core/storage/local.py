@@ -13,7 +13,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from core.storage import version_number
+from core.storage import VersionFiles, version_number
 from core.storage.secrets import StorageError
 
 
@@ -35,19 +35,19 @@ class LocalRepository:
         for entry in entries:
             number = version_number(entry.name)
             if number is not None and entry.is_dir():
-                fingerprint = _fingerprint(entry)
+                fingerprint = folder_fingerprint(entry)
                 if fingerprint is not None:
                     found[number] = fingerprint
         return found
 
-    def fetch(self, version: int) -> Path:
+    def fetch(self, version: int) -> VersionFiles:
         folder = self.base / str(version)
         if not folder.is_dir():
             raise StorageError(f"Version folder is missing: {folder}")
         _refuse_links_out(folder, self.base)
-        return folder
+        return VersionFiles(folder)
 
-    def release(self, folder: Path) -> None:
+    def release(self, files: VersionFiles) -> None:
         """The user's own files: never deleted."""
 
 
@@ -73,7 +73,7 @@ def _refuse_links_out(folder: Path, base: Path) -> None:
             raise StorageError(f"Cannot list {path}: {exc}") from exc
 
 
-def _fingerprint(folder: Path) -> str | None:
+def folder_fingerprint(folder: Path) -> str | None:
     """Names, sizes and mtimes of every file; None when the folder vanished while being read
     (deleted under us: the next poll sees what is left)."""
     digest = hashlib.sha1()

@@ -69,7 +69,7 @@ def test_account_url_gets_a_managed_identity_token(
         identity_endpoint: list[dict[str, Any]]) -> None:
     from azure.identity import DefaultAzureCredential
 
-    from core.storage.azure import make_service
+    from core.storage.azure.sdk import make_service
 
     client = make_service()
     assert client.url.startswith("https://ovsmodels.blob.core.windows.net")

@@ -196,7 +196,7 @@ _FETCH_PROBE = """
 import json, pathlib, sys, tempfile
 from core.storage import open_repository
 repo = open_repository(sys.argv[1], pathlib.Path(tempfile.mkdtemp()))
-assert (repo.fetch(1) / "model.xml").is_file()
+assert (repo.fetch(1).folder / "model.xml").is_file()
 print(json.dumps(sorted(sys.modules)))
 """
 
@@ -205,7 +205,7 @@ def read_version_1(store: Store, cache_dir: Path) -> dict[str, bytes]:
     """Every file of version 1 of model `m` in `store`, fetched as the server fetches it."""
     from core.storage import open_repository
 
-    folder = open_repository(store.url("m"), cache_dir).fetch(1)
+    folder = open_repository(store.url("m"), cache_dir).fetch(1).folder
     return {p.relative_to(folder).as_posix(): p.read_bytes()
             for p in folder.rglob("*") if p.is_file()}
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from core.errors import StorageError
-from core.storage import azure, azure_rest, open_repository, web
+from core.storage import azure, http_client, open_repository
+from core.storage.azure import rest as azure_rest
+from core.storage.azure import sdk as azure_sdk
 from tests.emulators import AZURITE_ACCOUNT, AZURITE_KEY, Emulator
 from tests.storage.helpers import AzureStore, Store, modules_of_a_fetch, read_version_1, use_env
 
@@ -25,11 +27,11 @@ def az_store(emulators: dict[str, Emulator], monkeypatch: pytest.MonkeyPatch) ->
     return AzureStore(emulators["az"]).create()
 
 
-def _sdk_backend(store: Store, monkeypatch: pytest.MonkeyPatch) -> azure.AzureBackend:
+def _sdk_backend(store: Store, monkeypatch: pytest.MonkeyPatch) -> azure_sdk.AzureBackend:
     with monkeypatch.context() as env:
         env.setenv("OVS_AZURE_CLIENT", "sdk")
         sdk = azure.backend(store.bucket)
-    assert isinstance(sdk, azure.AzureBackend)
+    assert isinstance(sdk, azure_sdk.AzureBackend)
     return sdk
 
 
@@ -84,7 +86,7 @@ def test_a_missing_container_and_blob_read_as_on_the_sdk_path(
 def test_big_file_downloads_in_ranges_and_a_replaced_one_fails(
     az_store: Store, tmp_path: Path
 ) -> None:
-    data = os.urandom(web.RANGED_MIN_BYTES + web.PART_BYTES // 2 + 3)
+    data = os.urandom(http_client.RANGED_MIN_BYTES + http_client.PART_BYTES // 2 + 3)
     az_store.put("m/1/big.bin", data)
     rest = azure.backend(az_store.bucket)
     [obj] = rest.list_objects("m/1/big.bin")
@@ -139,21 +141,28 @@ def test_which_account_the_rest_client_takes(
 ) -> None:
     for name in ("OVS_AZURE_CLIENT", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-    assert azure_rest.choose(conn, url) == expected
+    assert azure.choose(conn, url) == expected
 
 
 def test_the_sdk_takes_proxies_and_the_explicit_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     conn = "AccountName=acct;AccountKey=a2V5"
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", "localhost")
-    assert azure_rest.choose(conn, None) is None
+    assert azure.choose(conn, None) is None
     monkeypatch.setenv("NO_PROXY", "localhost,.core.windows.net")
-    assert azure_rest.choose(conn, None) is not None
+    assert azure.choose(conn, None) is not None
     monkeypatch.setenv("OVS_AZURE_CLIENT", "sdk")
-    assert azure_rest.choose(conn, None) is None
+    assert azure.choose(conn, None) is None
     monkeypatch.setenv("OVS_AZURE_CLIENT", "rest")
-    with pytest.raises(StorageError, match="OVS_AZURE_CLIENT must be auto or sdk, not 'rest'"):
-        azure_rest.choose(conn, None)
+    assert azure.choose(conn, None) is not None
+    monkeypatch.setenv("NO_PROXY", "localhost")
+    with pytest.raises(StorageError, match=r"^OVS_AZURE_CLIENT=rest, but the REST client cannot "
+                                           r"serve this set-up: a proxy"):
+        azure.choose(conn, None)
+    monkeypatch.setenv("OVS_AZURE_CLIENT", "shared-key")
+    with pytest.raises(StorageError, match="OVS_AZURE_CLIENT must be auto, sdk or rest, not "
+                                           "'shared-key'"):
+        azure.choose(conn, None)
 
 
 @pytest.mark.parametrize("client", ["auto", "sdk"])
@@ -171,7 +180,7 @@ def test_serving_from_a_connection_string_never_imports_the_sdk(az_store: Store)
     az_store.put_version("m", 1, 2.0)
     env = {CONN: os.environ[CONN], "NO_PROXY": "127.0.0.1"}
     modules = modules_of_a_fetch(az_store.url("m"), env)
-    assert "core.storage.azure_rest" in modules
+    assert "core.storage.azure.rest" in modules
     assert not {m for m in modules if m.startswith("azure.")}
 
 
@@ -180,5 +189,5 @@ def test_a_name_azure_sends_percent_encoded_is_decoded() -> None:
     body = (b'<EnumerationResults><Blobs><Blob><Name Encoded="true">m/ctl%01x.bin</Name>'
             b'<Properties><Content-Length>1</Content-Length><Etag>0x1</Etag></Properties>'
             b'</Blob></Blobs></EnumerationResults>')
-    [blob] = web.parse_xml(body).iter("Blob")
+    [blob] = http_client.parse_xml(body).iter("Blob")
     assert azure_rest._name(blob) == "m/ctl\x01x.bin"

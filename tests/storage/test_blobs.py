@@ -13,7 +13,7 @@ import pytest
 from core.api import App
 from core.config import Settings
 from core.model import ModelVersion
-from core.storage import BLOB_FOLDER, open_repository, remote
+from core.storage import BLOB_FOLDER, bucket, open_repository
 from tests.storage.helpers import Store
 from tests.storage.serving import call, predict, put_scaler, scaled, start_app
 
@@ -46,7 +46,7 @@ def _exported(version: ModelVersion, folder: Path) -> bytes:
 @pytest.fixture
 def big_weights(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every weight file counts as big enough to leave in the bucket (the scaler's are tiny)."""
-    monkeypatch.setattr(remote, "DEFER_MIN_BYTES", 1)
+    monkeypatch.setattr(bucket, "DEFER_MIN_BYTES", 1)
 
 
 def test_only_the_blob_with_this_hosts_key_is_downloaded_and_imported(

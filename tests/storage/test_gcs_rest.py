@@ -15,7 +15,9 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 
 from core.errors import StorageError
-from core.storage import gcs, gcs_rest, open_repository, web
+from core.storage import gcs, http_client, open_repository
+from core.storage.gcs import rest as gcs_rest
+from core.storage.gcs import sdk as gcs_sdk
 from tests.emulators import Emulator, free_port
 from tests.storage.helpers import (
     _FOREIGN_ENV,
@@ -40,11 +42,11 @@ def gs_store(emulators: dict[str, Emulator], monkeypatch: pytest.MonkeyPatch) ->
     return GcsStore(emulators["gs"]).create()
 
 
-def _sdk_backend(store: Store, monkeypatch: pytest.MonkeyPatch) -> gcs.GcsBackend:
+def _sdk_backend(store: Store, monkeypatch: pytest.MonkeyPatch) -> gcs_sdk.GcsBackend:
     with monkeypatch.context() as env:
         env.setenv("OVS_GCS_CLIENT", "sdk")
         sdk = gcs.backend(store.bucket)
-    assert isinstance(sdk, gcs.GcsBackend)
+    assert isinstance(sdk, gcs_sdk.GcsBackend)
     return sdk
 
 
@@ -173,10 +175,10 @@ def test_listing_pages_match_the_sdk(
 def test_big_file_downloads_in_ranges_of_the_listed_generation(
     gs_store: Store, cache_dir: Path, cloud_run: tuple[Metadata, BearerFront]
 ) -> None:
-    big = bytes(range(256)) * ((web.RANGED_MIN_BYTES + web.PART_BYTES // 2) // 256)
+    big = bytes(range(256)) * ((http_client.RANGED_MIN_BYTES + http_client.PART_BYTES // 2) // 256)
     gs_store.put("m/1/model.bin", big)
     gs_store.put("m/1/model.xml", b"<net/>")
-    folder = open_repository(gs_store.url("m"), cache_dir).fetch(1)
+    folder = open_repository(gs_store.url("m"), cache_dir).fetch(1).folder
     assert (folder / "model.bin").read_bytes() == big
     listed = gcs.backend(gs_store.bucket).list_objects("m/1/model.bin")
     generation = next(iter(listed)).tag.split(":")[0]
@@ -187,7 +189,7 @@ def test_big_file_downloads_in_ranges_of_the_listed_generation(
 def test_a_range_answered_with_the_whole_object_fails_and_writes_no_file(
     gs_store: Store, cache_dir: Path, cloud_run: tuple[Metadata, BearerFront]
 ) -> None:
-    gs_store.put("m/1/model.bin", b"\x01" * (web.RANGED_MIN_BYTES + 1))
+    gs_store.put("m/1/model.bin", b"\x01" * (http_client.RANGED_MIN_BYTES + 1))
     gs_store.put("m/1/model.xml", b"<net/>")
     cloud_run[1].whole = True
     with pytest.raises(StorageError, match=(
@@ -260,7 +262,7 @@ def test_an_unreachable_metadata_server_is_a_credentials_error(
     monkeypatch.delenv("STORAGE_EMULATOR_HOST")
     monkeypatch.setenv("K_SERVICE", "ovs")
     monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{free_port()}")
-    monkeypatch.setattr(web, "backoff", lambda attempt: None)
+    monkeypatch.setattr(http_client, "backoff", lambda attempt: None)
     with pytest.raises(StorageError, match=r"Cannot list gs://.*/m/: credentials: the metadata "
                                            r"server http://127\.0\.0\.1:\d+ cannot be reached"):
         open_repository(gs_store.url("m"), cache_dir).versions()
@@ -280,7 +282,7 @@ def test_a_missing_bucket_and_object_read_as_on_the_sdk_path(
     sdk = _sdk_backend(gs_store, monkeypatch)
     missing = f"gone-{gs_store.bucket}"
     rest_texts = texts(gcs.backend(gs_store.bucket), gcs.backend(missing))
-    assert rest_texts == texts(sdk, gcs.GcsBackend(missing))
+    assert rest_texts == texts(sdk, gcs_sdk.GcsBackend(missing))
     assert rest_texts == ["Cannot list gs://gone-B/m/: bucket 'gone-B' does not exist",
                           "Cannot read gs://B/m/x: object not found"]
 
@@ -305,10 +307,13 @@ def test_a_missing_bucket_and_object_read_as_on_the_sdk_path(
     ({"K_SERVICE": "svc", "HTTPS_PROXY": "http://proxy:3128"}, None),
     ({"K_SERVICE": "svc", "OVS_GCS_CLIENT": "sdk"}, None),
     ({"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023", "OVS_GCS_CLIENT": "sdk"}, None),
+    ({"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023", "OVS_GCS_CLIENT": "rest"},
+     gcs_rest.Where("http://127.0.0.1:9023")),
     ({}, None),  # elsewhere, the SDK finds ADC or falls back to anonymous access
 ], ids=["emulator", "cloud-run", "job-override", "function-metadata-host", "key-file",
         "metadata-mtls", "no-gce-check", "client-cert", "gcloud-client-cert", "cert-config",
-        "client-cert-off", "universe", "proxy", "sdk", "emulator-sdk", "elsewhere"])
+        "client-cert-off", "universe", "proxy", "sdk", "emulator-sdk", "emulator-rest",
+        "elsewhere"])
 def test_which_client_reads_the_bucket(
     env: dict[str, str], chosen: gcs_rest.Where | None, monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path
@@ -316,7 +321,7 @@ def test_which_client_reads_the_bucket(
     _no_google_settings(monkeypatch, tmp_path)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert gcs_rest.choose() == chosen
+    assert gcs.choose() == chosen
 
 
 def test_files_of_gcloud_and_gke_and_an_unknown_setting_are_not_the_rest_clients(
@@ -324,15 +329,22 @@ def test_files_of_gcloud_and_gke_and_an_unknown_setting_are_not_the_rest_clients
 ) -> None:
     _no_google_settings(monkeypatch, tmp_path)
     monkeypatch.setenv("K_SERVICE", "svc")
-    assert gcs_rest.choose() is not None
+    assert gcs.choose() is not None
     for found in ("application_default_credentials.json", "certificate_config.json",
                   "bundle.pem"):  # ADC, a workload certificate config, GKE's certificates
         (tmp_path / found).write_text("{}")
-        assert gcs_rest.choose() is None, found
+        assert gcs.choose() is None, found
         (tmp_path / found).unlink()
     monkeypatch.setenv("OVS_GCS_CLIENT", "rest")
-    with pytest.raises(StorageError, match="OVS_GCS_CLIENT must be auto or sdk, not 'rest'"):
-        gcs_rest.choose()
+    assert gcs.choose() is not None
+    (tmp_path / "application_default_credentials.json").write_text("{}")
+    with pytest.raises(StorageError, match=r"^OVS_GCS_CLIENT=rest, but the REST client cannot "
+                                           r"serve this set-up: a key file"):
+        gcs.choose()
+    monkeypatch.setenv("OVS_GCS_CLIENT", "boto3")
+    with pytest.raises(StorageError, match="OVS_GCS_CLIENT must be auto, sdk or rest, not "
+                                           "'boto3'"):
+        gcs.choose()
 
 
 def _no_google_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

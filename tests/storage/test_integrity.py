@@ -14,7 +14,8 @@ from xml.sax.saxutils import escape
 import pytest
 
 from core.errors import StorageError
-from core.storage import open_repository, s3, s3_rest, web
+from core.storage import http_client, open_repository, s3
+from core.storage.s3 import rest as s3_rest
 from tests.emulators import Emulator
 from tests.storage.helpers import Front, Store, forward, use_store_env, use_store_env_again
 
@@ -58,7 +59,7 @@ def _through(front: Front, store: Store, monkeypatch: pytest.MonkeyPatch) -> str
     return store.url("m")
 
 
-BIG = web.RANGED_MIN_BYTES + web.PART_BYTES + 5
+BIG = http_client.RANGED_MIN_BYTES + http_client.PART_BYTES + 5
 CASES = [*((scheme, 64 << 10) for scheme in REST),
          ("gs", BIG)]  # a big file in ranges: only a CRC is checked (Cloud Storage's CRC32C)
 
@@ -86,7 +87,7 @@ def test_bytes_changed_on_the_way_fail_the_download_and_leave_no_file(
     assert not [name for name in left if "model" in name], left
     # the same objects, read straight from the emulator, pass the check
     use_store_env_again(monkeypatch, store)
-    folder = open_repository(store.url("m"), tmp_path / "again").fetch(1)
+    folder = open_repository(store.url("m"), tmp_path / "again").fetch(1).folder
     assert (folder / "model.bin").read_bytes() == data
 
 

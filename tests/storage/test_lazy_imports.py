@@ -29,7 +29,7 @@ base = pathlib.Path(sys.argv[1])
 (base / "1" / "model.xml").write_text("<net/>")
 repo = open_repository(str(base), pathlib.Path(tempfile.mkdtemp()))
 assert list(repo.versions()) == [1]
-assert repo.fetch(1).is_dir()
+assert repo.fetch(1).folder.is_dir()
 assert core.storage.read_file(str(base / "1" / "model.xml")) == b"<net/>"
 print(json.dumps(sorted(sys.modules)))
 """

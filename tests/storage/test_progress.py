@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from core.storage import remote
-from core.storage.remote import RemoteObject, RemoteRepository
+from core.storage import folders
+from core.storage.backend import RemoteObject
+from core.storage.bucket import BucketRepository
 
 SIZE = 400_000
 
@@ -50,11 +51,11 @@ def _progress(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 def test_big_download_logs_progress(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(remote, "PROGRESS_MIN_BYTES", 100_000)
-    monkeypatch.setattr(remote, "PROGRESS_INTERVAL_S", 0.03)
-    repo = RemoteRepository("s3://slow/m", SlowBackend(), "m", tmp_path)
+    monkeypatch.setattr(folders, "PROGRESS_MIN_BYTES", 100_000)
+    monkeypatch.setattr(folders, "PROGRESS_INTERVAL_S", 0.03)
+    repo = BucketRepository("s3://slow/m", SlowBackend(), "m", tmp_path)
     with caplog.at_level(logging.INFO, logger="ov_serverless.storage"):
-        assert (repo.fetch(1) / "model.bin").stat().st_size == SIZE
+        assert (repo.fetch(1).folder / "model.bin").stat().st_size == SIZE
     records = _progress(caplog)
     assert records, caplog.text
     total = SIZE + 8
@@ -72,8 +73,8 @@ def test_big_download_logs_progress(
 def test_small_download_stays_quiet(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(remote, "PROGRESS_INTERVAL_S", 0.03)  # default threshold: 50 MB
-    repo = RemoteRepository("s3://slow/m", SlowBackend(), "m", tmp_path)
+    monkeypatch.setattr(folders, "PROGRESS_INTERVAL_S", 0.03)  # default threshold: 50 MB
+    repo = BucketRepository("s3://slow/m", SlowBackend(), "m", tmp_path)
     with caplog.at_level(logging.INFO, logger="ov_serverless.storage"):
         repo.fetch(1)
     assert _progress(caplog) == []

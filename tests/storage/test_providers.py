@@ -33,7 +33,7 @@ def test_s3_endpoint_env_as_ovms(
 
 def test_s3_host_port_in_the_url(s3_store: Store, cache_dir: Path) -> None:
     url = f"s3://127.0.0.1:{s3_store.emulator.port}/{s3_store.bucket}/m"
-    assert (open_repository(url, cache_dir).fetch(1) / "model.xml").is_file()
+    assert (open_repository(url, cache_dir).fetch(1).folder / "model.xml").is_file()
 
 
 def test_s3_without_credentials_goes_unsigned(
@@ -47,7 +47,7 @@ def test_s3_without_credentials_goes_unsigned(
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_store.emulator.endpoint)
     from botocore import UNSIGNED
 
-    from core.storage.s3 import make_client
+    from core.storage.s3.sdk import make_client
 
     assert make_client(None).meta.config.signature_version is UNSIGNED
     assert sorted(open_repository(s3_store.url("m"), cache_dir).versions()) == [1]
@@ -74,7 +74,7 @@ def test_azure_account_url_with_sas(
     monkeypatch.setenv(
         "AZURE_STORAGE_ACCOUNT_URL", f"{emulators['az'].endpoint}/{AZURITE_ACCOUNT}?{sas}"
     )
-    assert (open_repository(store.url("m"), cache_dir).fetch(4) / "model.bin").is_file()
+    assert (open_repository(store.url("m"), cache_dir).fetch(4).folder / "model.bin").is_file()
 
 
 def test_azure_without_any_account(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from core.config import Settings
 from core.errors import StorageError
-from core.storage import open_repository, remote, web
+from core.storage import folders, http_client, open_repository
 from demo import models
 from tests.emulators import REPO, Emulator
 from tests.storage.helpers import Front, S3Store, Store, forward, use_env
@@ -153,13 +153,13 @@ def test_a_redirect_loop_is_a_storage_error_on_boto3(
 _FILL = r"""
 import json, resource, signal, sys, time
 from pathlib import Path
-from core.storage import open_repository, web
+from core.storage import http_client, open_repository
 limit = int(sys.argv[3])
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 def no_retry(attempt):
     raise AssertionError(f"retried ({attempt}) after a full disk")
-web.backoff = no_retry
+http_client.backoff = no_retry
 started = time.monotonic()
 try:
     open_repository(sys.argv[1], Path(sys.argv[2])).fetch(1)
@@ -197,8 +197,9 @@ def test_a_full_disk_is_never_retried_as_a_network_error(
         calls.append(1)
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(web, "backoff", lambda attempt: pytest.fail("retried"))
+    monkeypatch.setattr(http_client, "backoff", lambda attempt: pytest.fail("retried"))
     with pytest.raises(OSError) as info:
-        web.retrying(once, lambda exc: StorageError("no"), "Cannot download x: cannot reach")
+        http_client.retrying(once, lambda exc: StorageError("no"),
+                             "Cannot download x: cannot reach")
     assert info.value.errno == code and calls == [1]
-    assert "no space left in the cache dir" in remote.no_space("s3://b/m", 5_000_000).message
+    assert "no space left in the cache dir" in folders.no_space("s3://b/m", 5_000_000).message

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from core.errors import StorageError
-from core.storage import open_repository, s3, s3_rest, web
+from core.storage import http_client, open_repository, s3
+from core.storage.s3 import rest as s3_rest
+from core.storage.s3 import sdk as s3_sdk
 from tests.emulators import Emulator
 from tests.storage.helpers import (
     Answer,
@@ -124,7 +126,7 @@ def test_listing_pages_and_odd_keys_match_boto3(
     rest = s3.backend(s3_store.bucket, None)
     monkeypatch.setenv("OVS_S3_CLIENT", "boto3")
     boto = s3.backend(s3_store.bucket, None)
-    assert isinstance(rest, s3_rest.S3RestBackend) and isinstance(boto, s3.S3Backend)
+    assert isinstance(rest, s3_rest.S3RestBackend) and isinstance(boto, s3_sdk.S3Backend)
     listed = list(rest.list_objects("m/"))
     assert listed == list(boto.list_objects("m/"))  # keys, sizes and ETags: blob keys agree
     assert sorted(o.key for o in listed) == sorted(names)
@@ -133,7 +135,7 @@ def test_listing_pages_and_odd_keys_match_boto3(
 def test_big_file_downloads_in_ranges_and_a_replaced_one_fails(
     s3_store: Store, tmp_path: Path
 ) -> None:
-    data = os.urandom(web.RANGED_MIN_BYTES + web.PART_BYTES // 2 + 3)
+    data = os.urandom(http_client.RANGED_MIN_BYTES + http_client.PART_BYTES // 2 + 3)
     s3_store.put("m/1/big.bin", data)
     rest = s3.backend(s3_store.bucket, None)
     [obj] = rest.list_objects("m/1/big.bin")
@@ -157,6 +159,8 @@ def test_missing_key_and_bucket_read_as_on_boto3(s3_store: Store) -> None:
 @pytest.mark.parametrize(("env", "rest"), [
     ({}, True),
     ({"OVS_S3_CLIENT": "boto3"}, False),
+    ({"OVS_S3_CLIENT": "sdk"}, False),
+    ({"OVS_S3_CLIENT": "rest"}, True),
     ({"AWS_PROFILE": "dev"}, False),
     ({"AWS_USE_FIPS_ENDPOINT": "true"}, False),
     ({"HTTPS_PROXY": "http://proxy:3128"}, False),
@@ -176,7 +180,8 @@ def test_which_client_reads_the_bucket(
 
 def test_an_unknown_client_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OVS_S3_CLIENT", "boto")
-    with pytest.raises(StorageError, match="OVS_S3_CLIENT must be auto or boto3, not 'boto'"):
+    with pytest.raises(StorageError, match=r"OVS_S3_CLIENT must be auto, sdk or rest "
+                                           r"\(boto3 is sdk\), not 'boto'"):
         s3.backend("bucket", "http://127.0.0.1:9")
 
 
@@ -252,7 +257,7 @@ def test_connections_stay_open_and_one_the_server_closed_costs_no_retry(
         def no_retry(attempt: int) -> None:
             raise AssertionError(f"retry {attempt}: the closed connection was not replaced")
 
-        monkeypatch.setattr(web, "backoff", no_retry)
+        monkeypatch.setattr(http_client, "backoff", no_retry)
         assert rest.read("k") == b"model"
         assert len(front.sockets) == 1  # on a new connection
     finally:
@@ -268,7 +273,7 @@ def test_a_bucket_in_another_region_is_followed_once(
         s3_store.put_version("m", 1, 2.0)
         repo = open_repository(f"s3://{front.url.split('//')[1]}/{s3_store.bucket}/m", cache_dir)
         assert sorted(repo.versions()) == [1]
-        assert (repo.fetch(1) / "model.xml").is_file()
+        assert (repo.fetch(1).folder / "model.xml").is_file()
         assert front.refused == 1  # later requests are signed for eu-west-1 from the start
     finally:
         front.close()
@@ -280,7 +285,7 @@ def test_a_range_answered_with_the_whole_object_fails_and_writes_no_file(
     front = KeepAliveFront(s3_store.emulator.port)
     front.whole = True
     try:
-        s3_store.put("m/1/model.bin", b"\x01" * (web.RANGED_MIN_BYTES + 1))
+        s3_store.put("m/1/model.bin", b"\x01" * (http_client.RANGED_MIN_BYTES + 1))
         s3_store.put("m/1/model.xml", b"<net/>")
         repo = open_repository(f"s3://{front.url.split('//')[1]}/{s3_store.bucket}/m", cache_dir)
         with pytest.raises(StorageError, match=(
@@ -297,5 +302,5 @@ def test_serving_from_s3_with_env_credentials_never_imports_boto3(s3_store: Stor
     s3_store.put_version("m", 1, 2.0)
     env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "NO_PROXY"))}
     modules = modules_of_a_fetch(s3_store.url("m"), env)
-    assert "core.storage.s3_rest" in modules
+    assert "core.storage.s3.rest" in modules
     assert not {"boto3", "botocore", "s3transfer"} & modules

@@ -18,7 +18,8 @@ from core import logs
 from core.config import Settings
 from core.errors import ConfigError, ServingError, StorageError
 from core.storage import open_repository, read_file
-from core.storage.remote import RemoteObject, RemoteRepository
+from core.storage.backend import RemoteObject
+from core.storage.bucket import BucketRepository
 from demo import models
 from tests.emulators import AZURITE_ACCOUNT
 from tests.storage.helpers import STORES, Store, use_env
@@ -88,9 +89,9 @@ def test_a_cache_path_that_resolves_outside_the_cache_dir_is_refused(tmp_path: P
     elsewhere.mkdir()
     (cache / "s3").symlink_to(elsewhere)  # planted in the cache volume
     with pytest.raises(StorageError, match="resolves outside the cache dir"):
-        RemoteRepository("s3://bucket/m", _NoBackend(), "m", cache)
-    assert isinstance(RemoteRepository("s3://bucket/m", _NoBackend(), "m", cache / "x"),
-                      RemoteRepository)
+        BucketRepository("s3://bucket/m", _NoBackend(), "m", cache)
+    assert isinstance(BucketRepository("s3://bucket/m", _NoBackend(), "m", cache / "x"),
+                      BucketRepository)
 
 
 # --- local repositories: symlinks that lead out of the base path ----------------------------
@@ -249,13 +250,13 @@ def test_the_message_of_every_storage_error_is_redacted(monkeypatch: pytest.Monk
 def test_a_request_that_cannot_be_sent_is_not_retried_and_shows_no_secret(
     monkeypatch: pytest.MonkeyPatch, emulators: dict[str, Any], tmp_path: Path
 ) -> None:
-    from core.storage import web
+    from core.storage import http_client
 
     use_env(monkeypatch, emulators["az"])
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_URL",  # a control character inside the SAS
                        f"{emulators['az'].endpoint}/{AZURITE_ACCOUNT}?sv=1&sig={SECRET}\r\nx=1")
-    monkeypatch.setattr(web, "backoff", lambda attempt: pytest.fail("retried"))
+    monkeypatch.setattr(http_client, "backoff", lambda attempt: pytest.fail("retried"))
     with pytest.raises(StorageError) as info:
         open_repository("az://container/m", tmp_path).versions()
     assert str(info.value).startswith("Cannot list az://container/m/: the request cannot be "

@@ -18,7 +18,8 @@ import pytest
 from core.api import App
 from core.config import Settings
 from core.errors import StorageError
-from core.storage.remote import RemoteObject, RemoteRepository
+from core.storage.backend import RemoteObject
+from core.storage.bucket import BucketRepository
 from tests.emulators import Emulator
 from tests.storage.helpers import Store, use_store_env_again
 from tests.storage.serving import (
@@ -54,9 +55,9 @@ def _timed_reload(app: App) -> tuple[int, Any]:
     return status, body
 
 
-def _repository(app: App) -> RemoteRepository:
+def _repository(app: App) -> BucketRepository:
     repo = app.manager.model("scaler").repository
-    assert isinstance(repo, RemoteRepository)
+    assert isinstance(repo, BucketRepository)
     return repo
 
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from core.storage import azure_rest
+from core.storage.azure import rest as azure_rest
 from fuzz import signing
 
 COUNT = 1500

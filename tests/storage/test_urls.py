@@ -6,7 +6,8 @@ import pytest
 
 from core.errors import StorageError
 from core.storage import azure, gcs, s3
-from core.storage.remote import RemoteObject, fingerprint, relative_key, split_url
+from core.storage.backend import RemoteObject, relative_key, split_url
+from core.storage.bucket import fingerprint
 
 
 @pytest.mark.parametrize(

@@ -36,4 +36,4 @@ def test_dead_endpoint_fails_fast_then_recovers(own_store: Store, cache_dir: Pat
     own_emulator.start()  # same port, empty (in-memory): seed again
     store.create().put_version("model", 1, 2.0)
     assert sorted(repo.versions()) == [1]
-    assert (repo.fetch(1) / "model.bin").is_file()
+    assert (repo.fetch(1).folder / "model.bin").is_file()

@@ -1,7 +1,8 @@
-"""What the REST storage clients (s3_rest, azure_rest, gcs_rest) share: keep-alive
+"""The small HTTP client the REST storage clients (s3/, gcs/, azure/ rest.py) share: keep-alive
 connections, GETs retried with backoff as the SDKs retry, bodies copied into a file (by
-ranges, in parallel, for big files), XML read without namespaces, and the proxy check that
-sends a set-up with a proxy to the SDK (these clients do not speak to proxies).
+ranges, in parallel, for big files) and checked against the object's digest, XML read without
+namespaces, and the proxy check that sends a set-up with a proxy to the SDK (these clients do
+not speak to proxies).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from core.storage import checksums
+from core.storage.backend import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, RETRIES, RemoteObject
 from core.storage.checksums import Check, Digest
-from core.storage.remote import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, RETRIES, RemoteObject, disk_full
+from core.storage.folders import disk_full
 from core.storage.secrets import StorageError
 
 RANGED_MIN_BYTES = 16 << 20  # boto3's multipart threshold on the boto3 path

@@ -2,9 +2,9 @@
 without boto3, whose import and first client cost ~200 ms of a cold start (more than a
 ResNet-50 compile).
 
-Taken when the environment holds the credentials and the region, as on Lambda
+It serves a set-up where the environment holds the credentials and the region, as on Lambda
 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION), with no profile,
-proxy, FIPS or dual-stack setting; anything else, or OVS_S3_CLIENT=boto3, takes boto3. It makes
+proxy, FIPS or dual-stack setting (from_environment says why not otherwise). It makes
 three calls: ListObjectsV2, GetObject, and ranged GetObjects (If-Match the listed ETag) for big
 files, with the timeouts, retries and error texts of the boto3 path. A bucket in another
 region than AWS_REGION is followed once, from the region S3's redirect or error names.
@@ -26,14 +26,12 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote, unquote_plus, urlsplit
 
-from core.storage import checksums, web
-from core.storage.remote import RemoteObject
+from core.storage import checksums, http_client
+from core.storage.backend import RemoteObject
+from core.storage.s3 import describe
 from core.storage.secrets import StorageError
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-DENIED = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-          "ExpiredToken", "InvalidToken", "AllAccessDisabled"}
-MISSING = {"NoSuchKey", "404", "NotFound"}
 T = TypeVar("T")
 _DNS_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 # Full-object checksums GetObject names with x-amz-checksum-mode: ENABLED, best first (those
@@ -61,7 +59,7 @@ class Target:
         return urlsplit(self.origin).netloc
 
 
-class Failure(web.Failure):
+class Failure(http_client.Failure):
     """An S3 error response; `region` is set when it names the bucket's other region."""
 
     retry_codes = frozenset({"RequestTimeout", "SlowDown", "InternalError", "ServiceUnavailable"})
@@ -71,22 +69,28 @@ class Failure(web.Failure):
         self.region = region
 
 
-def choose(endpoint_url: str | None) -> tuple[Credentials, str] | None:
-    """(credentials, region) when this client can serve the set-up; None means boto3."""
+def from_environment(endpoint_url: str | None) -> tuple[Credentials, str] | str:
+    """(credentials, region) this client signs with, from the environment; or why it cannot
+    serve the set-up as boto3 would."""
     env = os.environ
-    mode = env.get("OVS_S3_CLIENT", "auto").strip().lower() or "auto"
-    if mode not in ("auto", "boto3"):
-        raise StorageError(f"OVS_S3_CLIENT must be auto or boto3, not {mode!r}")
     # a value read from a mounted secret file may end in a newline: never part of a key
     key = env.get("AWS_ACCESS_KEY_ID", "").strip()
     secret = env.get("AWS_SECRET_ACCESS_KEY", "").strip()
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ""
     if endpoint_url and not region:
         region = "us-east-1"  # MinIO and emulators take any region; boto3 signs with this one
-    special = (env.get("AWS_PROFILE") or _truthy(env.get("AWS_USE_FIPS_ENDPOINT"))
-               or _truthy(env.get("AWS_USE_DUALSTACK_ENDPOINT")) or web.proxied(endpoint_url))
-    if mode == "boto3" or not (key and secret and region) or special:
-        return None
+    if not (key and secret):
+        return ("it signs with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from the "
+                "environment, and they are not both set")
+    if not region:
+        return "it needs the bucket's region in AWS_REGION (or AWS_DEFAULT_REGION)"
+    if env.get("AWS_PROFILE"):
+        return "AWS_PROFILE is set, and only boto3 reads profiles"
+    if _truthy(env.get("AWS_USE_FIPS_ENDPOINT")) or _truthy(env.get("AWS_USE_DUALSTACK_ENDPOINT")):
+        return ("FIPS and dual-stack endpoints (AWS_USE_FIPS_ENDPOINT, "
+                "AWS_USE_DUALSTACK_ENDPOINT) are boto3's")
+    if http_client.proxied(endpoint_url):
+        return "a proxy variable applies to the endpoint, and it does not speak to proxies"
     return Credentials(key, secret, env.get("AWS_SESSION_TOKEN", "").strip()), region
 
 
@@ -141,7 +145,7 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def digest(response: web.Response) -> checksums.Digest | None:
+def digest(response: http_client.Response) -> checksums.Digest | None:
     """The whole object's digest a GetObject answer names: a full-object x-amz-checksum-*
     (a whole GET with checksum mode; a composite `<b64>-<parts>` is none), else the ETag of a
     single-part upload stored without SSE-KMS or SSE-C (their ETags are no MD5)."""
@@ -157,19 +161,8 @@ def digest(response: web.Response) -> checksums.Digest | None:
     return checksums.from_hex_md5(response.getheader("ETag", ""), "ETag")
 
 
-def describe(code: str, message: str, bucket: str) -> str:
-    """The cause of an S3 error in words, as both S3 paths report it."""
-    if code == "NoSuchBucket":
-        return f"bucket '{bucket}' does not exist"
-    if code in DENIED:
-        return f"access denied ({code}): {message or code}"
-    if code in MISSING:
-        return "object not found"
-    return f"{code}: {message or code}"
-
-
 class S3RestBackend:
-    """One bucket through S3's REST API; the Backend protocol of core.storage.remote."""
+    """One bucket through S3's REST API; core.storage.backend's Backend."""
 
     scheme = "s3"
 
@@ -180,31 +173,33 @@ class S3RestBackend:
         self._creds = creds
         self._site = (region, target(bucket, endpoint_url, region))
         self._lock = threading.Lock()
-        self._connections = web.Connections("AWS_CA_BUNDLE")
+        self._connections = http_client.Connections("AWS_CA_BUNDLE")
 
     def list_objects(self, prefix: str) -> Iterator[RemoteObject]:
         query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
         while True:
-            root = web.parse_xml(self._call("", query, {}, f"list {self._url(prefix)}", web.read))
+            body = self._call("", query, {}, f"list {self._url(prefix)}", http_client.read)
+            root = http_client.parse_xml(body)
             # encoding-type=url: S3 writes a space as '+' and a '+' as %2B; keys are decoded
             # only when the answer says it encoded them (as botocore reads): a server that
             # ignored the parameter sent them as they are
-            encoded = web.text(root, "EncodingType").lower() == "url"
+            encoded = http_client.text(root, "EncodingType").lower() == "url"
             for item in root.iter("Contents"):
-                key = web.text(item, "Key")
+                key = http_client.text(item, "Key")
                 yield RemoteObject(unquote_plus(key) if encoded else key,
-                                   int(web.text(item, "Size")), web.text(item, "ETag"))
-            token = web.text(root, "NextContinuationToken")
-            if web.text(root, "IsTruncated") != "true" or not token:
+                                   int(http_client.text(item, "Size")),
+                                   http_client.text(item, "ETag"))
+            token = http_client.text(root, "NextContinuationToken")
+            if http_client.text(root, "IsTruncated") != "true" or not token:
                 return
             query["continuation-token"] = token
 
     def read(self, key: str) -> bytes:
-        return self._call(key, {}, {}, f"read {self._url(key)}", web.read)
+        return self._call(key, {}, {}, f"read {self._url(key)}", http_client.read)
 
     def download(self, obj: RemoteObject, dest: Path) -> None:
         what = f"download {self._url(obj.key)}"
-        web.download(obj, dest, f"Cannot {what}",
+        http_client.download(obj, dest, f"Cannot {what}",
                      lambda headers, use: self._call(obj.key, {}, headers, what, use),
                      digest=digest, whole=CHECKSUM_MODE)
 
@@ -212,16 +207,16 @@ class S3RestBackend:
         return f"s3://{self.bucket}/{key}"
 
     def _call(self, key: str, query: dict[str, str], headers: dict[str, str], what: str,
-              use: Callable[[web.Response], T]) -> T:
+              use: Callable[[http_client.Response], T]) -> T:
         """GET the key, retrying what boto3 retries; `use(response)` reads a 2xx response."""
-        def fail(exc: web.Failure) -> StorageError:
+        def fail(exc: http_client.Failure) -> StorageError:
             return StorageError(f"Cannot {what}: {describe(exc.code, exc.message, self.bucket)}")
 
-        return web.retrying(lambda: self._once(key, query, headers, use), fail,
+        return http_client.retrying(lambda: self._once(key, query, headers, use), fail,
                             f"Cannot {what}: cannot reach the S3 endpoint", self._redirect)
 
     def _once(self, key: str, query: dict[str, str], headers: dict[str, str],
-              use: Callable[[web.Response], T]) -> T:
+              use: Callable[[http_client.Response], T]) -> T:
         region, site = self._site
         path = f"{site.base}/{key}"
         signed = signed_headers("GET", site.host, path, query, headers, self._creds, region,
@@ -229,7 +224,7 @@ class S3RestBackend:
         url = quote(path, safe="/~") + (f"?{canonical_query(query)}" if query else "")
         return self._connections.get(site.origin, url, signed, _failure, use)
 
-    def _redirect(self, exc: web.Failure) -> bool:
+    def _redirect(self, exc: http_client.Failure) -> bool:
         """The bucket lives in the region the failure names: requests go there from now."""
         region = exc.region if isinstance(exc, Failure) else ""
         if not region:
@@ -244,9 +239,10 @@ def _failure(response: http.client.HTTPResponse, body: bytes) -> Failure:
     code, message = str(response.status), response.reason
     region = response.getheader("x-amz-bucket-region", "")
     try:
-        root = web.parse_xml(body)
-        code, message = web.text(root, "Code") or code, web.text(root, "Message") or message
-        region = region or web.text(root, "Region")
+        root = http_client.parse_xml(body)
+        code = http_client.text(root, "Code") or code
+        message = http_client.text(root, "Message") or message
+        region = region or http_client.text(root, "Region")
     except ElementTree.ParseError:
         pass
     moved = response.status in (301, 307, 400) and region

@@ -2,13 +2,14 @@
 without google-cloud-storage, whose import and first client (google-auth's metadata probes
 included) come before every cold start's download.
 
-Taken where the SDK would find no key file and ask the metadata server: a Cloud Run service,
-job or function (K_SERVICE, CLOUD_RUN_JOB, FUNCTION_TARGET) or a set GCE_METADATA_HOST; and for
-the emulator (STORAGE_EMULATOR_HOST, anonymous, as the SDK). A key file
+It serves a set-up where the SDK would find no key file and ask the metadata server: a Cloud
+Run service, job or function (K_SERVICE, CLOUD_RUN_JOB, FUNCTION_TARGET) or a set
+GCE_METADATA_HOST; and the emulator (STORAGE_EMULATOR_HOST, anonymous, as the SDK). A key file
 (GOOGLE_APPLICATION_CREDENTIALS, gcloud's ADC file), NO_GCE_CHECK=true, a client certificate
-(mTLS), metadata mTLS, a proxy, another universe, any other host, or OVS_GCS_CLIENT=sdk take
-the SDK. K_SERVICE or GCE_METADATA_HOST set off Google makes this client ask for a metadata
-server that is not there (the SDK would go on anonymously): unset them, or OVS_GCS_CLIENT=sdk.
+(mTLS), metadata mTLS, a proxy, another universe or any other host are the SDK's
+(from_environment says which). K_SERVICE or GCE_METADATA_HOST set off Google makes this client
+ask for a metadata server that is not there (the SDK would go on anonymously): unset them, or
+OVS_GCS_CLIENT=sdk.
 It makes two calls: objects.list and the media download (ranged, pinned to the listed
 generation, for big files), with the retries and error texts of the SDK path.
 """
@@ -26,8 +27,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
-from core.storage import checksums, secrets, web
-from core.storage.remote import RemoteObject
+from core.storage import checksums, http_client, secrets
+from core.storage.backend import RemoteObject
+from core.storage.gcs import not_found
 from core.storage.secrets import StorageError
 
 API = "https://storage.googleapis.com"
@@ -57,36 +59,44 @@ class Where:
     metadata: str = ""
 
 
-def choose() -> Where | None:
-    """Where this client reads, or None for the SDK."""
-    mode = os.environ.get("OVS_GCS_CLIENT", "auto").strip().lower() or "auto"
-    if mode not in ("auto", "sdk"):
-        raise StorageError(f"OVS_GCS_CLIENT must be auto or sdk, not {mode!r}")
-    if mode == "sdk":
-        return None
+def from_environment() -> Where | str:
+    """Where this client reads, from the environment; or why it cannot serve the set-up as
+    the SDK would."""
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     if emulator:
         where = Where(_origin(emulator))
-    elif _metadata_is_the_credential():
+    else:
+        why_not = _why_not_metadata()
+        if why_not:
+            return why_not
         metadata = (os.environ.get("GCE_METADATA_HOST") or os.environ.get("GCE_METADATA_ROOT")
                     or METADATA_HOST)
         where = Where(_origin(os.environ.get("API_ENDPOINT_OVERRIDE") or API), metadata)
-    else:
-        return None
-    return None if web.proxied(where.endpoint) else where
+    if http_client.proxied(where.endpoint):
+        return "a proxy variable applies to the endpoint, and it does not speak to proxies"
+    return where
 
 
-def _metadata_is_the_credential() -> bool:
-    """google.auth.default() would end at the metadata server, over plain HTTP."""
+def _why_not_metadata() -> str:
+    """'' when google.auth.default() would end at the metadata server, over plain HTTP; else
+    what it would use instead."""
     if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or Path(_gcloud_file(
             "application_default_credentials.json")).is_file():
-        return False
-    if os.environ.get("NO_GCE_CHECK") == "true" or _client_certificate():
-        return False
+        return ("a key file (GOOGLE_APPLICATION_CREDENTIALS, or gcloud's application default "
+                "credentials) is set up, and only the SDK reads key files")
+    if os.environ.get("NO_GCE_CHECK") == "true":
+        return "NO_GCE_CHECK=true says there is no metadata server to ask for a token"
+    if _client_certificate():
+        return "a client certificate (mTLS) is set up, and only the SDK sends one"
     if os.environ.get("GCE_METADATA_MTLS_MODE", "none").lower() != "none":
-        return False
-    universe = os.environ.get("GOOGLE_CLOUD_UNIVERSE_DOMAIN", "googleapis.com")
-    return universe == "googleapis.com" and any(os.environ.get(name) for name in _ON_GOOGLE)
+        return "GCE_METADATA_MTLS_MODE asks for metadata mTLS, which only the SDK speaks"
+    if os.environ.get("GOOGLE_CLOUD_UNIVERSE_DOMAIN", "googleapis.com") != "googleapis.com":
+        return "GOOGLE_CLOUD_UNIVERSE_DOMAIN names another universe, which only the SDK reaches"
+    if not any(os.environ.get(name) for name in _ON_GOOGLE):
+        return ("it reads the emulator (STORAGE_EMULATOR_HOST) or, on Google Cloud, with the "
+                "metadata server's token (K_SERVICE, CLOUD_RUN_JOB, FUNCTION_TARGET or "
+                "GCE_METADATA_HOST set), and neither is set")
+    return ""
 
 
 def _client_certificate() -> bool:
@@ -120,7 +130,7 @@ class Token:
 
     def __init__(self, host: str) -> None:
         self._origin = f"http://{host}"
-        self._connections = web.Connections("")  # plain HTTP: no CA bundle
+        self._connections = http_client.Connections("")  # plain HTTP: no CA bundle
         self._lock = threading.Lock()
         self._value, self._renew_at = "", 0.0
 
@@ -145,11 +155,11 @@ class Token:
     def _fetch(self, what: str) -> None:
         where = f"{what}: credentials: the metadata server {self._origin}"
 
-        def fail(exc: web.Failure) -> StorageError:
+        def fail(exc: http_client.Failure) -> StorageError:
             return StorageError(f"{where} answered {exc.status} {exc.message}")
 
-        body = web.retrying(lambda: self._connections.get(
-            self._origin, TOKEN_PATH, {"Metadata-Flavor": "Google"}, _failure, web.read),
+        body = http_client.retrying(lambda: self._connections.get(
+            self._origin, TOKEN_PATH, {"Metadata-Flavor": "Google"}, _failure, http_client.read),
             fail, f"{where} cannot be reached")
         try:
             answer = json.loads(body)
@@ -161,15 +171,21 @@ class Token:
         self._renew_at = time.monotonic() + lifetime - REFRESH_S
 
 
+def forget_tokens() -> None:
+    """Every token and its expiry clock (core.storage.forget_tokens)."""
+    with Token._all_lock:
+        Token._all.clear()
+
+
 class GcsRestBackend:
-    """One bucket through Cloud Storage's JSON API; core.storage.remote's Backend."""
+    """One bucket through Cloud Storage's JSON API; core.storage.backend's Backend."""
 
     scheme = "gs"
 
     def __init__(self, bucket: str, where: Where) -> None:
         self.bucket = bucket
         self._origin = where.endpoint
-        self._connections = web.Connections("REQUESTS_CA_BUNDLE")
+        self._connections = http_client.Connections("REQUESTS_CA_BUNDLE")
         self._token = Token.of(where.metadata) if where.metadata else None
         self._objects = f"/storage/v1/b/{quote(bucket, safe='')}/o"
 
@@ -179,7 +195,8 @@ class GcsRestBackend:
             query["prefix"] = prefix
         what = f"Cannot list {self._url(prefix)}"
         while True:
-            page = json.loads(self._call(self._objects, query, {}, what, web.read, listing=True))
+            page = json.loads(self._call(self._objects, query, {}, what, http_client.read,
+                                         listing=True))
             for item in page.get("items", ()):
                 tag = f"{item.get('generation')}:{item.get('md5Hash') or item.get('etag')}"
                 hashes = ",".join(f"{name}={item[field]}" for name, field in _LISTED_HASHES
@@ -191,12 +208,12 @@ class GcsRestBackend:
 
     def read(self, key: str) -> bytes:
         return self._call(self._media(key), {"alt": "media"}, {}, f"Cannot read {self._url(key)}",
-                          web.read)
+                          http_client.read)
 
     def download(self, obj: RemoteObject, dest: Path) -> None:
         what = f"Cannot download {self._url(obj.key)}"
 
-        def get(headers: dict[str, str], use: Callable[[web.Response], int]) -> int:
+        def get(headers: dict[str, str], use: Callable[[http_client.Response], int]) -> int:
             query = {"alt": "media"}
             tag = headers.get("If-Match")
             if tag:  # a part reads the listed generation: a replaced object 404s, not mixes
@@ -204,11 +221,11 @@ class GcsRestBackend:
             ranged = {name: value for name, value in headers.items() if name != "If-Match"}
             return self._call(self._media(obj.key), query, ranged, what, use)
 
-        def digest(response: web.Response) -> checksums.Digest | None:
+        def digest(response: http_client.Response) -> checksums.Digest | None:
             return (hash_of(response.getheader("x-goog-hash", ""), "x-goog-hash")
                     or hash_of(obj.hashes, "listing"))
 
-        web.download(obj, dest, what, get, GZIP_HINT, digest)
+        http_client.download(obj, dest, what, get, GZIP_HINT, digest)
 
     def _url(self, key: str) -> str:
         return f"gs://{self.bucket}/{key}"
@@ -217,26 +234,26 @@ class GcsRestBackend:
         return f"/download{self._objects}/{quote(key, safe='~')}"
 
     def _call(self, path: str, query: dict[str, str], headers: dict[str, str], what: str,
-              use: Callable[[web.Response], T], listing: bool = False) -> T:
+              use: Callable[[http_client.Response], T], listing: bool = False) -> T:
         url = f"{path}?{urlencode(query)}"
 
-        def fail(exc: web.Failure) -> StorageError:
+        def fail(exc: http_client.Failure) -> StorageError:
             return StorageError(f"{what}: {self._describe(exc, url, listing)}")
 
         def once() -> T:
             sent = {**headers, **(self._token.header(what) if self._token else {})}
             return self._connections.get(self._origin, url, sent, _failure, use)
 
-        return web.retrying(once, fail, f"{what}: cannot reach Cloud Storage", self._renew)
+        return http_client.retrying(once, fail, f"{what}: cannot reach Cloud Storage", self._renew)
 
-    def _renew(self, exc: web.Failure) -> bool:
+    def _renew(self, exc: http_client.Failure) -> bool:
         """A 401 with a token goes again once with a new one (as google-auth's session)."""
         return exc.status == 401 and self._token is not None and self._token.forget()
 
-    def _describe(self, exc: web.Failure, url: str, listing: bool) -> str:
-        """The cause in the words of gcs.py's SDK path (google-api-core's messages)."""
-        if exc.status == 404:  # a listing only 404s for the bucket
-            return f"bucket '{self.bucket}' does not exist" if listing else "object not found"
+    def _describe(self, exc: http_client.Failure, url: str, listing: bool) -> str:
+        """The cause in the words of the SDK client (google-api-core's messages)."""
+        if exc.status == 404:
+            return not_found(self.bucket, listing)
         message = f"GET {self._origin}{url}: {exc.message}"
         if exc.status in (401, 403):
             return f"access denied: {message}"
@@ -258,11 +275,11 @@ def hash_of(hashes: str, source: str) -> checksums.Digest | None:
     return None
 
 
-def _failure(response: web.Response, body: bytes) -> web.Failure:
+def _failure(response: http_client.Response, body: bytes) -> http_client.Failure:
     """An error answer; Cloud Storage words it in JSON: {"error": {"message": ...}}, anything
     else (a front end's page, a metadata server's text) is the message as it came, as
     google-api-core takes it (cut short here)."""
     message: Any = body[:300].decode("utf-8", "replace").strip() or "unknown error"
     with contextlib.suppress(ValueError, KeyError, TypeError):
         message = json.loads(body)["error"]["message"] or message
-    return web.Failure(response.status, str(response.status), str(message))
+    return http_client.Failure(response.status, str(response.status), str(message))

@@ -2,9 +2,9 @@
 without azure-storage-blob, whose import and first client (320-350 ms in bench/) come before every
 cold start's download.
 
-Taken for a connection string (account key, SAS or none, as the SDK reads it) or an account
-URL carrying a SAS token, with no proxy; a managed identity (azure-identity) or
-OVS_AZURE_CLIENT=sdk takes the SDK. It makes two calls: List Blobs and Get Blob (ranged,
+It serves a connection string (account key, SAS or none, as the SDK reads it) or an account
+URL carrying a SAS token, with no proxy; a managed identity (azure-identity) is the SDK's
+(from_environment says why not). It makes two calls: List Blobs and Get Blob (ranged,
 If-Match the listed ETag, for big files), with the retries and error texts of the SDK path.
 Requests are signed with Shared Key as the SDK signs them.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -23,8 +22,9 @@ from typing import TypeVar
 from urllib.parse import quote, unquote, urlsplit
 from xml.etree import ElementTree
 
-from core.storage import checksums, web
-from core.storage.remote import RemoteObject
+from core.storage import checksums, http_client
+from core.storage.azure import describe
+from core.storage.backend import RemoteObject
 from core.storage.secrets import StorageError
 
 API_VERSION = "2025-11-05"
@@ -50,7 +50,7 @@ class Account:
     sas: str = ""
 
 
-class Failure(web.Failure):
+class Failure(http_client.Failure):
     retry_codes = frozenset({"OperationTimedOut", "InternalError", "ServerBusy"})
 
     @property
@@ -58,13 +58,9 @@ class Failure(web.Failure):
         return self.status not in (501, 505) and (self.status >= 500 or super().retryable)
 
 
-def choose(connection_string: str | None, account_url: str | None) -> Account | None:
-    """The account this client reads, or None for the SDK."""
-    mode = os.environ.get("OVS_AZURE_CLIENT", "auto").strip().lower() or "auto"
-    if mode not in ("auto", "sdk"):
-        raise StorageError(f"OVS_AZURE_CLIENT must be auto or sdk, not {mode!r}")
-    if mode == "sdk":
-        return None
+def from_environment(connection_string: str | None, account_url: str | None) -> Account | str:
+    """The account this client reads, from a connection string or a SAS account URL; or why
+    it cannot serve the set-up as the SDK would."""
     # a value read from a mounted secret file may end in a newline: never part of it
     connection_string, account_url = (connection_string or "").strip(), (account_url or "").strip()
     if connection_string:
@@ -72,9 +68,12 @@ def choose(connection_string: str | None, account_url: str | None) -> Account | 
     elif account_url and "?" in account_url:
         url, _, sas = account_url.partition("?")
         account = Account(url.rstrip("/"), sas=sas)
-    else:
-        return None  # a token credential (DefaultAzureCredential) is the SDK's
-    return None if web.proxied(account.endpoint) else account
+    else:  # a token credential (DefaultAzureCredential) is the SDK's
+        return ("it reads with AZURE_STORAGE_CONNECTION_STRING or an account URL carrying a "
+                "SAS token, and neither is set (a managed identity is read by the SDK only)")
+    if http_client.proxied(account.endpoint):
+        return "a proxy variable applies to the endpoint, and it does not speak to proxies"
+    return account
 
 
 def from_connection_string(text: str) -> Account:
@@ -113,7 +112,7 @@ def authorization(account: Account, path: str, query: dict[str, str],
 
 
 class AzureRestBackend:
-    """One container through Blob Storage's REST API; core.storage.remote's Backend."""
+    """One container through Blob Storage's REST API; core.storage.backend's Backend."""
 
     scheme = "az"
 
@@ -122,30 +121,30 @@ class AzureRestBackend:
         self._account = account
         parts = urlsplit(account.endpoint)
         self._origin = f"{parts.scheme}://{parts.netloc}"
-        self._connections = web.Connections("REQUESTS_CA_BUNDLE")
+        self._connections = http_client.Connections("REQUESTS_CA_BUNDLE")
 
     def list_objects(self, prefix: str) -> Iterator[RemoteObject]:
         query = {"restype": "container", "comp": "list", "maxresults": str(PAGE_SIZE)}
         if prefix:
             query["prefix"] = prefix
         while True:
-            body = self._call("", query, {}, f"Cannot list {self._url(prefix)}", web.read)
-            root = web.parse_xml(body)
+            body = self._call("", query, {}, f"Cannot list {self._url(prefix)}", http_client.read)
+            root = http_client.parse_xml(body)
             for blob in root.iter("Blob"):
-                size = int(web.text(blob, "Properties/Content-Length") or 0)
-                yield RemoteObject(_name(blob), size, web.text(blob, "Properties/Etag"),
-                                   web.text(blob, "Properties/Content-MD5"))
-            marker = web.text(root, "NextMarker")
+                size = int(http_client.text(blob, "Properties/Content-Length") or 0)
+                yield RemoteObject(_name(blob), size, http_client.text(blob, "Properties/Etag"),
+                                   http_client.text(blob, "Properties/Content-MD5"))
+            marker = http_client.text(root, "NextMarker")
             if not marker:
                 return
             query["marker"] = marker
 
     def read(self, key: str) -> bytes:
-        return self._call(key, {}, {}, f"Cannot read {self._url(key)}", web.read)
+        return self._call(key, {}, {}, f"Cannot read {self._url(key)}", http_client.read)
 
     def download(self, obj: RemoteObject, dest: Path) -> None:
         what = f"Cannot download {self._url(obj.key)}"
-        def digest(response: web.Response) -> checksums.Digest | None:
+        def digest(response: http_client.Response) -> checksums.Digest | None:
             """The blob's Content-MD5 where it has one: in every answer's x-ms-blob-content-md5
             (Content-MD5 of a whole GET), else as listed."""
             for name in ("x-ms-blob-content-md5", "Content-MD5"):
@@ -154,22 +153,22 @@ class AzureRestBackend:
                     return checksums.from_base64("md5", value, name)
             return checksums.from_base64("md5", obj.hashes, "listing")
 
-        web.download(obj, dest, what, lambda headers, use: self._call(
+        http_client.download(obj, dest, what, lambda headers, use: self._call(
             obj.key, {}, ranged(headers), what, use), digest=digest)
 
     def _url(self, key: str) -> str:
         return f"az://{self.bucket}/{key}"
 
     def _call(self, key: str, query: dict[str, str], headers: dict[str, str], what: str,
-              use: Callable[[web.Response], T]) -> T:
-        def fail(exc: web.Failure) -> StorageError:
+              use: Callable[[http_client.Response], T]) -> T:
+        def fail(exc: http_client.Failure) -> StorageError:
             return StorageError(f"{what}: {self._describe(exc)}")
 
-        return web.retrying(lambda: self._once(key, query, headers, use), fail,
+        return http_client.retrying(lambda: self._once(key, query, headers, use), fail,
                             f"{what}: cannot reach Azure Blob Storage")
 
     def _once(self, key: str, query: dict[str, str], headers: dict[str, str],
-              use: Callable[[web.Response], T]) -> T:
+              use: Callable[[http_client.Response], T]) -> T:
         path = request_path(self._account, self.bucket, key)
         sent = {**headers, "x-ms-date": formatdate(usegmt=True), "x-ms-version": API_VERSION}
         if self._account.key:
@@ -178,15 +177,9 @@ class AzureRestBackend:
         url = path + (f"?{params}" if params else "")
         return self._connections.get(self._origin, url, sent, _failure, use)
 
-    def _describe(self, exc: web.Failure) -> str:
-        """The cause in the words of azure.py's SDK path."""
-        if exc.status == 404:
-            if exc.code == "ContainerNotFound":
-                return f"container '{self.bucket}' does not exist"
-            return "object not found"
-        if exc.status in (401, 403):
-            return f"access denied: {exc.message}"
-        return f"{exc.status} {exc.message}"
+    def _describe(self, exc: http_client.Failure) -> str:
+        """The cause in the words of the SDK client."""
+        return describe(exc.status, exc.code, exc.message, self.bucket)
 
 
 def _name(blob: ElementTree.Element) -> str:
@@ -219,12 +212,13 @@ def ranged(headers: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _failure(response: web.Response, body: bytes) -> Failure:
+def _failure(response: http_client.Response, body: bytes) -> Failure:
     code = response.getheader("x-ms-error-code", "") or str(response.status)
     message = response.reason or code
     try:
-        root = web.parse_xml(body)
-        code, message = web.text(root, "Code") or code, web.text(root, "Message") or message
+        root = http_client.parse_xml(body)
+        code = http_client.text(root, "Code") or code
+        message = http_client.text(root, "Message") or message
     except ElementTree.ParseError:
         pass
     lines = message.strip().splitlines()

@@ -38,7 +38,7 @@ def test_fetch_downloads_exactly_the_version_files(store: Store, cache_dir: Path
     files = seed(store)
     store.put("model/2/extra/labels.txt", b"cat\ndog\n")
     repo = open_repository(store.url("model") + "/", cache_dir)
-    folder = repo.fetch(2)
+    folder = repo.fetch(2).folder
     assert _files(folder) == {**files[2], "extra/labels.txt": b"cat\ndog\n"}
     assert folder.parent == cache_dir / store.scheme / store.bucket / "model"
     assert folder.name == f"2-{repo.versions()[2]}"
@@ -53,14 +53,14 @@ def test_second_fetch_reuses_the_cache(
 ) -> None:
     seed(store)
     repo = open_repository(store.url("model"), cache_dir)
-    first = repo.fetch(1)
+    first = repo.fetch(1).folder
 
     def no_download(*_: object) -> None:
         raise AssertionError("downloaded again")
 
     monkeypatch.setattr(repo.backend, "download", no_download)  # type: ignore[attr-defined]
-    assert repo.fetch(1) == first
-    assert open_repository(store.url("model"), cache_dir).fetch(1) == first
+    assert repo.fetch(1).folder == first
+    assert open_repository(store.url("model"), cache_dir).fetch(1).folder == first
 
 
 def test_partial_download_never_becomes_visible(
@@ -82,7 +82,7 @@ def test_partial_download_never_becomes_visible(
     root = cache_dir / store.scheme / store.bucket / "model"
     assert list(root.iterdir()) == []
     monkeypatch.setattr(backend, "download", real)
-    assert _files(repo.fetch(1)).keys() == {"model.xml", "model.bin"}
+    assert _files(repo.fetch(1).folder).keys() == {"model.xml", "model.bin"}
 
 
 def test_versions_follow_the_bucket(store: Store, cache_dir: Path) -> None:
@@ -101,11 +101,11 @@ def test_versions_follow_the_bucket(store: Store, cache_dir: Path) -> None:
 def test_changed_file_changes_fingerprint_and_folder(store: Store, cache_dir: Path) -> None:
     seed(store)
     repo = open_repository(store.url("model"), cache_dir)
-    old_print, old_folder = repo.versions()[1], repo.fetch(1)
+    old_print, old_folder = repo.versions()[1], repo.fetch(1).folder
     store.put("model/1/model.bin", tiny_bin(5.0))
     new_print = repo.versions()[1]
     assert new_print != old_print
-    new_folder = repo.fetch(1)
+    new_folder = repo.fetch(1).folder
     assert new_folder != old_folder and new_folder.name == f"1-{new_print}"
     np.testing.assert_allclose(infer(new_folder), np.full([1, 4], 5.0))
     np.testing.assert_allclose(infer(old_folder), np.full([1, 4], 2.0))  # old one intact
@@ -166,7 +166,7 @@ def test_concurrent_fetches_agree(store: Store, cache_dir: Path) -> None:
     seed(store)
     repos = [open_repository(store.url("model"), cache_dir) for _ in range(4)]
     with ThreadPoolExecutor(4) as pool:
-        folders = set(pool.map(lambda repo: repo.fetch(2), repos))
+        folders = set(pool.map(lambda repo: repo.fetch(2).folder, repos))
     assert len(folders) == 1
     (folder,) = folders
     assert sorted(p.name for p in folder.parent.iterdir()) == [f".{folder.name}.lock",
@@ -180,5 +180,5 @@ def test_repository_at_the_bucket_root_and_deep_prefixes(store: Store, cache_dir
         store.put(f"a/b/c/3/{name}", data)
     assert sorted(open_repository(store.url(), cache_dir).versions()) == [1]
     deep = open_repository(store.url("a/b/c"), cache_dir)
-    assert deep.fetch(3).parent == cache_dir / store.scheme / store.bucket / "a" / "b" / "c"
+    assert deep.fetch(3).folder.parent == cache_dir / store.scheme / store.bucket / "a" / "b" / "c"
 

@@ -1,13 +1,6 @@
-"""Amazon S3 (and MinIO, moto, any S3 API): core.storage.s3_rest where the environment holds
-credentials and region (Lambda), else boto3, imported only here, lazily.
-
-URLs: `s3://bucket/prefix` or, as OVMS accepts, `s3://host:port/bucket/prefix`.
-Credentials: AWS_* env (REST client), else boto3's default chain (AWS_PROFILE,
-container/instance role); with none found, requests go unsigned (public buckets), as OVMS does.
-Endpoint, first match wins: host:port in the URL, OVMS's `S3_ENDPOINT` (http:// assumed when
-it has no scheme), then boto3's own `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`. Any endpoint
-override switches to path-style addressing (MinIO and emulators need it).
-"""
+"""S3 through boto3 (imported here only, when this client is chosen): the client boto3's
+default chain configures, with this project's timeouts and retries, and boto3's failures in
+the words of core.storage.s3.describe."""
 
 from __future__ import annotations
 
@@ -17,55 +10,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from core.storage import s3_rest
-from core.storage.remote import (
+from core.storage.backend import (
     CONNECT_TIMEOUT_S,
     MAX_WORKERS,
     READ_TIMEOUT_S,
     RETRIES,
-    Backend,
     RemoteObject,
-    RemoteRepository,
-    check_path,
-    disk_full,
-    object_key,
 )
+from core.storage.folders import disk_full
+from core.storage.s3 import describe, resolve_endpoint
 from core.storage.secrets import StorageError
-
-SCHEMES = ("s3",)
-
-
-def parse_url(url: str) -> tuple[str | None, str, str]:
-    """-> (endpoint from the URL or None, bucket, prefix)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() not in SCHEMES:
-        raise StorageError(f"Not an s3:// URL: {url}")
-    first, _, rest = rest.partition("/")
-    host = None
-    if ":" in first:  # bucket names never hold ':', so this is OVMS's s3://host:port/...
-        host = first
-        first, _, rest = rest.partition("/")
-    if not first:
-        raise StorageError(f"Missing bucket name in {url}")
-    endpoint = None
-    if host:
-        endpoint = f"{'https' if host.endswith(':443') else 'http'}://{host}"
-    return endpoint, check_path(first, url), check_path(rest.strip("/"), url)
-
-
-def resolve_endpoint(from_url: str | None) -> tuple[str | None, bool]:
-    """-> (endpoint_url to pass to boto3 or None to let it decide, use path-style)."""
-    if from_url:
-        return from_url, True
-    ovms = os.environ.get("S3_ENDPOINT", "").strip()
-    if ovms:
-        return (ovms if "://" in ovms else f"http://{ovms}"), True
-    return None, bool(native_endpoint())
-
-
-def native_endpoint() -> str | None:
-    """boto3's own endpoint variables (its client reads them by itself)."""
-    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
 def make_client(endpoint: str | None) -> Any:
@@ -106,8 +60,8 @@ def _trimmed_env_credentials() -> dict[str, str]:
 
 @contextmanager
 def _errors(what: str, bucket: str = "") -> Iterator[None]:
-    """boto3's failures as StorageError (the cause in the words of s3_rest.describe); a full
-    disk goes on as the OSError it is (RemoteRepository words it)."""
+    """boto3's failures as StorageError (the cause in the words of describe); a full disk goes
+    on as the OSError it is (the bucket repository words it)."""
     from boto3.exceptions import RetriesExceededError as Boto3RetriesExceeded
     from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
     from botocore.exceptions import ConnectionError as EndpointError
@@ -117,7 +71,7 @@ def _errors(what: str, bucket: str = "") -> Iterator[None]:
         yield
     except ClientError as exc:
         err = exc.response.get("Error", {})
-        cause = s3_rest.describe(str(err.get("Code", "?")), err.get("Message") or "", bucket)
+        cause = describe(str(err.get("Code", "?")), err.get("Message") or "", bucket)
         raise StorageError(f"{what}: {cause}") from exc
     except (EndpointError, HTTPClientError) as exc:
         raise StorageError(f"{what}: cannot reach the S3 endpoint: {exc}") from exc
@@ -134,6 +88,8 @@ def _errors(what: str, bucket: str = "") -> Iterator[None]:
 
 
 class S3Backend:
+    """One bucket through boto3; the client is built on first use."""
+
     scheme = "s3"
 
     def __init__(self, bucket: str, endpoint: str | None) -> None:
@@ -168,22 +124,3 @@ class S3Backend:
         with _errors(f"Cannot read {self._url(key)}", self.bucket):
             body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
             return body
-
-
-def open_repository(url: str, cache_dir: Path) -> RemoteRepository:
-    endpoint, bucket, prefix = parse_url(url)
-    return RemoteRepository(url, backend(bucket, endpoint), prefix, cache_dir)
-
-
-def read_file(url: str) -> bytes:
-    endpoint, bucket, key = parse_url(url)
-    return backend(bucket, endpoint).read(object_key(key, url))
-
-
-def backend(bucket: str, endpoint: str | None) -> Backend:
-    """The REST client when s3_rest.choose() accepts the environment, else boto3's."""
-    endpoint_url = resolve_endpoint(endpoint)[0] or native_endpoint()
-    chosen = s3_rest.choose(endpoint_url)
-    if chosen is None:
-        return S3Backend(bucket, endpoint)
-    return s3_rest.S3RestBackend(bucket, endpoint_url, *chosen)

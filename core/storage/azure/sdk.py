@@ -1,12 +1,7 @@
-"""Azure Blob Storage: core.storage.azure_rest for a connection string or a SAS URL, else
-azure-storage-blob (a managed identity, OVS_AZURE_CLIENT=sdk), imported only here, lazily.
-
-URLs: `az://container/prefix`, `azure://container/prefix`; `azfs://container/prefix` is read as
-blob storage too (OVMS maps azfs:// to Azure Files shares; those are not supported here).
-Credentials, first match wins: AZURE_STORAGE_CONNECTION_STRING (as OVMS); or an account URL
-(AZURE_STORAGE_ACCOUNT_URL, or https://$AZURE_STORAGE_ACCOUNT_NAME.blob.core.windows.net)
-that carries a SAS token, or else DefaultAzureCredential from azure-identity when installed.
-"""
+"""Azure Blob Storage through azure-storage-blob (imported here only, when this client is
+chosen): a connection string, a SAS account URL or DefaultAzureCredential (azure-identity),
+with this project's timeouts and retries, and the SDK's failures in the words of
+core.storage.azure.describe."""
 
 from __future__ import annotations
 
@@ -16,28 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from core.storage import azure_rest
-from core.storage.remote import (
-    CONNECT_TIMEOUT_S,
-    READ_TIMEOUT_S,
-    RETRIES,
-    Backend,
-    RemoteObject,
-    RemoteRepository,
-    object_key,
-    split_url,
-)
+from core.storage.azure import DENIED_STATUS, account_url, describe
+from core.storage.backend import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, RETRIES, RemoteObject
 from core.storage.secrets import StorageError
-
-SCHEMES = ("az", "azure", "azfs")
-_DENIED_STATUS = {401, 403}
-
-
-def _account_url() -> str | None:
-    # a value read from a mounted secret file may end in a newline: never part of the URL
-    url = (os.environ.get("AZURE_STORAGE_ACCOUNT_URL") or "").strip()
-    name = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") or os.environ.get("AZURE_STORAGE_ACCOUNT")
-    return url or (f"https://{name}.blob.core.windows.net" if name else None)
 
 
 def make_service() -> Any:
@@ -52,7 +28,7 @@ def make_service() -> Any:
     if conn:
         with _errors("Invalid AZURE_STORAGE_CONNECTION_STRING", ""):
             return BlobServiceClient.from_connection_string(conn, **options)
-    url = _account_url()
+    url = account_url()
     if not url:
         raise StorageError(
             "Azure Blob Storage needs AZURE_STORAGE_CONNECTION_STRING, or "
@@ -77,15 +53,16 @@ def _errors(what: str, container: str) -> Iterator[None]:
     try:
         yield
     except az.ResourceNotFoundError as exc:
-        if getattr(exc, "error_code", None) == "ContainerNotFound":
-            raise StorageError(f"{what}: container '{container}' does not exist") from exc
-        raise StorageError(f"{what}: object not found") from exc
+        code = str(getattr(exc, "error_code", None) or "")
+        raise StorageError(f"{what}: {describe(404, code, '', container)}") from exc
     except az.ClientAuthenticationError as exc:
-        raise StorageError(f"{what}: access denied: {_first_line(exc)}") from exc
+        raise StorageError(f"{what}: {describe(401, '', _first_line(exc), container)}") from exc
     except az.HttpResponseError as exc:
-        if exc.status_code in _DENIED_STATUS:
-            raise StorageError(f"{what}: access denied: {_first_line(exc)}") from exc
-        raise StorageError(f"{what}: {exc.status_code} {_first_line(exc)}") from exc
+        if exc.status_code in DENIED_STATUS:
+            cause = describe(exc.status_code, "", _first_line(exc), container)
+        else:
+            cause = f"{exc.status_code} {_first_line(exc)}"
+        raise StorageError(f"{what}: {cause}") from exc
     except (az.ServiceRequestError, az.ServiceResponseError) as exc:
         raise StorageError(f"{what}: cannot reach Azure Blob Storage: {exc}") from exc
     except (az.AzureError, ValueError) as exc:
@@ -126,21 +103,3 @@ class AzureBackend:
         with _errors(f"Cannot read {self._url(key)}", self.bucket):
             data: bytes = self.container.download_blob(key).readall()
             return data
-
-
-def open_repository(url: str, cache_dir: Path) -> RemoteRepository:
-    container, prefix = split_url(url, SCHEMES)
-    return RemoteRepository(url, backend(container), prefix, cache_dir)
-
-
-def read_file(url: str) -> bytes:
-    container, key = split_url(url, SCHEMES)
-    return backend(container).read(object_key(key, url))
-
-
-def backend(container: str) -> Backend:
-    """The REST client when azure_rest.choose() accepts the environment, else the SDK's."""
-    account = azure_rest.choose(os.environ.get("AZURE_STORAGE_CONNECTION_STRING"), _account_url())
-    if account is None:
-        return AzureBackend(container)
-    return azure_rest.AzureRestBackend(container, account)

@@ -1,12 +1,6 @@
-"""Google Cloud Storage: core.storage.gcs_rest on Cloud Run (the metadata server's token) and
-for the emulator, else google-cloud-storage, imported only here, lazily.
-
-URL: `gs://bucket/prefix`. Credentials: Application Default Credentials
-(GOOGLE_APPLICATION_CREDENTIALS, gcloud, the metadata server on Cloud Run / GKE); with none
-found, anonymous access (public buckets). With `STORAGE_EMULATOR_HOST` set (the SDK's own
-emulator switch, e.g. http://127.0.0.1:9023), anonymous credentials and the project from
-GOOGLE_CLOUD_PROJECT (or a placeholder).
-"""
+"""Cloud Storage through google-cloud-storage (imported here only, when this client is
+chosen): Application Default Credentials, else anonymous; the emulator anonymously; with this
+project's timeouts and retries, and the SDK's failures in the words of the REST client."""
 
 from __future__ import annotations
 
@@ -17,20 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from core.storage import gcs_rest
-from core.storage.remote import (
-    CONNECT_TIMEOUT_S,
-    READ_TIMEOUT_S,
-    RETRIES,
-    Backend,
-    RemoteObject,
-    RemoteRepository,
-    object_key,
-    split_url,
-)
+from core.storage.backend import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, RETRIES, RemoteObject
+from core.storage.gcs import not_found
 from core.storage.secrets import StorageError
 
-SCHEMES = ("gs",)
 TIMEOUT = (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
 RETRY_WINDOW_S = 1.5 * RETRIES  # backoff 0.25, 0.5, 1 s ... stops retrying after this
 
@@ -71,9 +55,7 @@ def _errors(what: str, bucket: str, listing: bool = False) -> Iterator[None]:
     except api.RetryError as exc:
         raise StorageError(f"{what}: cannot reach Cloud Storage: {exc.cause or exc}") from exc
     except api.NotFound as exc:
-        # a listing only 404s for the bucket; a download 404s for the object
-        cause = f"bucket '{bucket}' does not exist" if listing else "object not found"
-        raise StorageError(f"{what}: {cause}") from exc
+        raise StorageError(f"{what}: {not_found(bucket, listing)}") from exc
     except (api.Forbidden, api.Unauthorized) as exc:
         raise StorageError(f"{what}: access denied: {exc.message}") from exc
     except api.GoogleAPICallError as exc:
@@ -120,19 +102,3 @@ class GcsBackend:
             blob = self.client.bucket(self.bucket).blob(key)
             data: bytes = blob.download_as_bytes(timeout=TIMEOUT, retry=_retry())
             return data
-
-
-def open_repository(url: str, cache_dir: Path) -> RemoteRepository:
-    bucket, prefix = split_url(url, SCHEMES)
-    return RemoteRepository(url, backend(bucket), prefix, cache_dir)
-
-
-def read_file(url: str) -> bytes:
-    bucket, key = split_url(url, SCHEMES)
-    return backend(bucket).read(object_key(key, url))
-
-
-def backend(bucket: str) -> Backend:
-    """The REST client when gcs_rest.choose() accepts the environment, else the SDK's."""
-    where = gcs_rest.choose()
-    return GcsBackend(bucket) if where is None else gcs_rest.GcsRestBackend(bucket, where)
