@@ -253,12 +253,8 @@ class ModelVersion:
         """Compile the throughput variant on a background thread once the first request has
         been answered (at most adaptive.SECOND_WAIT_S after the load), so that the first answer
         does not share the CPU with it."""
-        def run() -> None:
-            self._export_gate.wait(adaptive.SECOND_WAIT_S)
-            self._compile_second(model, aliases)
-
-        threading.Thread(target=run, name=f"variant-{self.name}-{self.version}",
-                         daemon=True).start()
+        adaptive.compile_later(self._export_gate, lambda: self._compile_second(model, aliases),
+                               f"variant-{self.name}-{self.version}")
 
     def _second_key(self) -> tuple[str, dict[str, Any], str]:
         """The throughput variant's device, compile properties and blob key."""

@@ -184,8 +184,12 @@ def test_which_hosts_write_blobs(tmp_path: Path, env: dict[str, str], export: bo
                                   "OVS_CACHE_DIR": str(tmp_path / "cache")})
     before = set(threading.enumerate())
     manager = ModelManager.start(settings)
-    exports = [t for t in set(threading.enumerate()) - before if t.name.startswith("export-")]
-    assert len(exports) == int(export)
-    run(manager.models["m"].versions[1])
-    if export:
-        wait_for_blob(tmp_path / "cache")
+    try:
+        exports = [t for t in set(threading.enumerate()) - before
+                   if t.name.startswith("export-")]
+        assert len(exports) == int(export)
+        run(manager.models["m"].versions[1])
+        if export:
+            wait_for_blob(tmp_path / "cache")
+    finally:  # no throughput compile (and its export thread) later, inside the next case
+        manager.models["m"].retire()
