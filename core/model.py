@@ -465,13 +465,18 @@ class ModelVersion:
     def available(self) -> bool:
         return self.status.state is State.AVAILABLE
 
+    @property
+    def color_format(self) -> str:
+        """The channel order jpeg/png inputs are decoded to (BGR or RGB)."""
+        return self.config.color_format
+
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
         """Validate and run one request; outputs are owned by the caller."""
         if self.refit is not None:  # batch_size / shape "auto"
             fitted = self.refit(self, inputs)
             if fitted is not self:
                 return fitted.infer(inputs)
-        ready = validate(self.inputs, inputs, self.config.color_format)
+        ready = validate(self.inputs, inputs)
         feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
         with self.serving():
             return self._run(feed)

@@ -49,6 +49,7 @@ class Pipeline:
     """A servable: same routes, metadata and status as a model; version is always 1."""
 
     version = 1
+    color_format = "BGR"  # jpeg/png inputs of a pipeline decode in OpenCV's default order
 
     def __init__(self, config: PipelineConfig, models: Models,
                  libraries: Mapping[str, Any], model_names: set[str]) -> None:

@@ -105,25 +105,13 @@ def check_precision(spec: TensorSpec, actual: DType) -> None:
         )
 
 
-def validate(
-    specs: Mapping[str, TensorSpec], inputs: Inputs, color_format: str = "BGR"
-) -> Inputs:
-    """Check names, dtypes and shapes; decode jpeg/png tensors for image inputs."""
+def validate(specs: Mapping[str, TensorSpec], inputs: Inputs) -> Inputs:
+    """Check names, dtypes and shapes (images are decoded before, by core.codecs.images)."""
     check_names(specs, inputs)
     ready: Inputs = {}
     for name, spec in specs.items():
         array = inputs[name]
-        if array.dtype == object and spec.dtype is not tensors.BYTES:
-            if spec.image_layout is None:
-                raise InvalidInputError(
-                    "Received binary image input but resource not configured to accept "
-                    f"NHWC layout; input name: {name}"
-                )
-            from core.codecs import images
-
-            array = images.decode_batch(array, spec, color_format)
-        else:
-            check_precision(spec, tensors.from_numpy(array.dtype))
+        check_precision(spec, tensors.from_numpy(array.dtype))
         limits.check_shape(array.shape, name, array.itemsize)
         spec.check_shape(array.shape)
         ready[name] = array

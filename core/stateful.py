@@ -76,7 +76,7 @@ class StatefulModelVersion(ModelVersion):
         if control not in (NO_CONTROL, START, END):
             raise InvalidInputError(f"Special input {CONTROL} must be 0, 1 (start) or 2 (end); "
                                     f"got {control}")
-        ready = validate(self.model_inputs, inputs, self.config.color_format)
+        ready = validate(self.model_inputs, inputs)
         self._sweep()
         feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
         with self.serving():

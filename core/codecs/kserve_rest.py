@@ -29,6 +29,7 @@ from core.codecs.common import (
     plain,
     with_document,
 )
+from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError
 from core.signature import Inputs, TensorSpec, check_precision
 
@@ -331,3 +332,21 @@ def to_binary(value: np.ndarray) -> bytes:
             parts.append(struct.pack("<I", len(raw)) + raw)
         return b"".join(parts)
     return np.ascontiguousarray(value).tobytes()
+
+
+class InferCall:
+    """One REST infer for the data plane: decodes the body (JSON, optionally followed by binary
+    tensors) against the servable's inputs and answers as the request asked."""
+
+    def __init__(self, body: bytes, header_length: str | None) -> None:
+        self.body = body
+        self.header_length = header_length
+        self.request = InferRequest({})
+
+    def decode(self, servable: Signed) -> Inputs:
+        self.request = decode(self.body, self.header_length, servable.inputs)
+        return self.request.inputs
+
+    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]
+               ) -> tuple[bytes, dict[str, str]]:
+        return encode(servable.name, servable.version, outputs, self.request)

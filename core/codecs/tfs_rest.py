@@ -27,6 +27,7 @@ from core.codecs.common import (
     numeric_array,
     with_document,
 )
+from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError
 from core.signature import Inputs, TensorSpec
 
@@ -180,3 +181,19 @@ def encode(outputs: Mapping[str, np.ndarray], form: str) -> bytes:
     rows = [{name: json_tensor(value[i]) for name, value in outputs.items()}
             for i in range(batch.pop())]
     return dumps({"predictions": rows})
+
+
+class PredictCall:
+    """One REST predict for the data plane: decodes the body against the servable's inputs and
+    answers in the request's form (row or column)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.form = ROW
+
+    def decode(self, servable: Signed) -> Inputs:
+        inputs, self.form = decode(self.body, servable.inputs)
+        return inputs
+
+    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]) -> bytes:
+        return encode(outputs, self.form)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from core import tensors
-from core.codecs import kserve_rest, tfs_rest
+from core.codecs import images, kserve_rest, tfs_rest
 from core.errors import ServingError
 from core.shapes import ANY
 from core.signature import TensorSpec, validate
@@ -30,7 +30,6 @@ SPECS: dict[str, dict[str, TensorSpec]] = {
 spec_sets = st.sampled_from(sorted(SPECS)).map(SPECS.__getitem__)
 PROPERTY = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
-MAX_ELEMENTS = 1 << 20
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70)
@@ -45,7 +44,7 @@ json_values = st.recursive(
 
 def _serve(specs: dict[str, TensorSpec], inputs: dict[str, np.ndarray]) -> None:
     """What the server does with decoded inputs before inference."""
-    validate(specs, inputs, MAX_ELEMENTS)
+    validate(specs, images.decode_inputs(specs, inputs))
 
 
 # -- nothing but ServingError ------------------------------------------------------------------
