@@ -16,7 +16,7 @@ from http import HTTPStatus
 
 import orjson
 
-from core import errors, limits, logs
+from core import errors, logs
 from core.codecs import documents, kserve_rest, tfs_rest
 from core.codecs.common import dumps
 from core.config import Settings
@@ -24,6 +24,7 @@ from core.cors import Cors
 from core.dataplane import Call, DataPlane
 from core.manager import ModelManager
 from core.openai import endpoints as openai
+from core.tensors import limits
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,9 @@ import orjson
 from core import devices
 from core.cors import CorsConfig
 from core.errors import ConfigError, StorageError
-from core.limits import Limits
 from core.pipeline_config import LibraryConfig, PipelineConfig, parse_libraries, parse_pipelines
-from core.shapes import Dim, ShapeSpec, parse_batch, parse_shape
+from core.tensors.limits import Limits
+from core.tensors.shapes import Dim, ShapeSpec, parse_batch, parse_shape
 
 LAMBDA_PAYLOAD_LIMIT = 6 * 1024 * 1024 - 64 * 1024  # leave room for the event envelope
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024

@@ -20,7 +20,7 @@ from core.codecs import documents, images
 from core.codecs.documents import Named, Signed
 from core.errors import ServingError, VersionNotFoundError
 from core.manager import ModelManager, Servable, ServedModel, ServedPipeline
-from core.signature import Inputs
+from core.tensors.spec import Inputs
 
 Reply = TypeVar("Reply", covariant=True)
 

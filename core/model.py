@@ -22,14 +22,15 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from core import adaptive, devices, metrics, tensors
+from core import adaptive, devices, metrics
 from core.adaptive import Variant
 from core.auto_shape import Fit
 from core.batching import Batcher
 from core.config import BatchingConfig, ModelConfig
 from core.errors import ConfigError, InternalError, ModelNotReadyError, ServingError
-from core.shapes import ANY, Dim, Dims
-from core.signature import Inputs, TensorSpec, validate
+from core.tensors import dtypes
+from core.tensors.shapes import ANY, Dim, Dims
+from core.tensors.spec import Inputs, TensorSpec, validate
 
 log = logging.getLogger("ov_serverless.model")
 
@@ -541,7 +542,7 @@ class ModelVersion:
 
 def ov_input(array: np.ndarray) -> np.ndarray:
     """A validated input as InferRequest.infer takes it (string tensors as numpy bytes)."""
-    return tensors.to_ov_strings(array) if tensors.is_strings(array) else array
+    return dtypes.to_ov_strings(array) if dtypes.is_strings(array) else array
 
 
 def read_outputs(request: ov.InferRequest, results: Any, names: list[str],
@@ -550,8 +551,8 @@ def read_outputs(request: ov.InferRequest, results: Any, names: list[str],
     (the bindings' default decodes them to str, replacing bytes that are not UTF-8)."""
     outputs: dict[str, np.ndarray] = {}
     for index, (name, value) in enumerate(zip(names, results.to_tuple(), strict=True)):
-        if specs[name].dtype is tensors.BYTES:
-            value = tensors.as_bytes_array(request.get_output_tensor(index).bytes_data)
+        if specs[name].dtype is dtypes.BYTES:
+            value = dtypes.as_bytes_array(request.get_output_tensor(index).bytes_data)
         outputs[name] = np.asarray(value)
     return outputs
 
@@ -610,7 +611,7 @@ def _spec(name: str, port: ov.Output) -> TensorSpec:
     node = port.get_node()
     if hasattr(node, "get_layout"):
         layout = _layout_text(node.get_layout())
-    return TensorSpec(name, tensors.from_ov(port.get_element_type().get_type_name()), dims, layout)
+    return TensorSpec(name, dtypes.from_ov(port.get_element_type().get_type_name()), dims, layout)
 
 
 def _dynamic(dim: Dim) -> bool:

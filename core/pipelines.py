@@ -13,13 +13,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from core import tensors
 from core.custom_nodes import BrokenLibrary, CustomNode
 from core.errors import ConfigError, InternalError, InvalidInputError, NoResultsError
 from core.model import State, Status
 from core.pipeline_config import REQUEST, Connection, NodeConfig, PipelineConfig
-from core.shapes import ANY, fits, format_actual, format_dims
-from core.signature import Inputs, TensorSpec, validate
+from core.tensors import dtypes
+from core.tensors.shapes import ANY, fits, format_actual, format_dims
+from core.tensors.spec import Inputs, TensorSpec, validate
 
 Value = np.ndarray | list[np.ndarray]  # a list holds the per-item values of a demuxed branch
 
@@ -230,7 +230,7 @@ def _check_custom_outputs(node: _Node, raw: Mapping[str, np.ndarray]) -> None:
         spec, value = node.outputs.get(item), raw.get(item)
         if spec is None or value is None:
             continue  # undeclared: caught at load; missing: reported by _execute
-        dtype = tensors.BY_NUMPY.get(value.dtype)
+        dtype = dtypes.BY_NUMPY.get(value.dtype)
         rank_free = spec.dims == (ANY,)
         if dtype is not spec.dtype or not rank_free and (
                 value.ndim != len(spec.dims)

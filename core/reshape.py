@@ -13,7 +13,7 @@ from core.auto_shape import Fit
 from core.config import ModelConfig
 from core.errors import PreconditionError, ServingError
 from core.mapping import Aliases
-from core.shapes import ANY, AUTO, Dim, Dims
+from core.tensors.shapes import ANY, AUTO, Dim, Dims
 
 Layouts = dict[str, tuple[str | None, str]]  # model input name -> (request layout, model layout)
 

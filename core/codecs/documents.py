@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from core.signature import TensorSpec
+from core.tensors.spec import TensorSpec
 
 SERVER_NAME = "OpenVINO Model Server"
 SERVER_VERSION = "ov-serverless 0.1.0"

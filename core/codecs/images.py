@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core import limits, tensors
 from core.errors import ImageDecodeError, InvalidInputError
+from core.tensors import dtypes, limits
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from core.signature import Inputs, TensorSpec
+    from core.tensors.spec import Inputs, TensorSpec
 
 _GREY_MODES = frozenset({"1", "L", "LA", "La"})
 
@@ -36,7 +36,7 @@ def decode_inputs(specs: Mapping[str, TensorSpec], inputs: Inputs, color_format:
     decoded = dict(inputs)
     for name, array in inputs.items():
         spec = specs.get(name)
-        if spec is None or array.dtype != object or spec.dtype is tensors.BYTES:
+        if spec is None or array.dtype != object or spec.dtype is dtypes.BYTES:
             continue
         if spec.image_layout is None:
             raise InvalidInputError(

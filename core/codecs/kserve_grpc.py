@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
-from core import limits, tensors
 from core.codecs.documents import Named, Signed
 from core.codecs.kserve_rest import from_binary, to_binary
 from core.errors import InvalidInputError
-from core.signature import Inputs
+from core.tensors import dtypes, limits
+from core.tensors.spec import Inputs
 from protos.gen.kserve import grpc_predict_v2_pb2 as pb
 from protos.pool import POOL
 
@@ -54,7 +54,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> Inputs:
         name = tensor.name
         if name in inputs:
             raise InvalidInputError(f"Duplicated input name: {name}")
-        dtype = tensors.from_kserve(tensor.datatype)
+        dtype = dtypes.from_kserve(tensor.datatype)
         shape = list(tensor.shape)
         count = limits.check_shape(shape, name, dtype.numpy.itemsize)
         if raw:
@@ -69,7 +69,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> Inputs:
     return inputs
 
 
-def _from_contents(contents: pb.InferTensorContents, dtype: tensors.DType, shape: list[int],
+def _from_contents(contents: pb.InferTensorContents, dtype: dtypes.DType, shape: list[int],
                    count: int, name: str) -> np.ndarray:
     field = _CONTENTS.get(dtype.kserve)
     if field is None:
@@ -83,7 +83,7 @@ def _from_contents(contents: pb.InferTensorContents, dtype: tensors.DType, shape
             f"Invalid number of values in tensor - Expected: {count}; Actual: {len(values)}; "
             f"input name: {name}"
         )
-    if dtype is tensors.BYTES:
+    if dtype is dtypes.BYTES:
         array = np.empty(count, dtype=object)
         array[:] = list(values)
         return array.reshape(shape)
@@ -101,7 +101,7 @@ def encode(servable: Named, outputs: Mapping[str, np.ndarray], wanted: list[str]
                                      model_version=str(servable.version), id=request_id)
     for name in wanted or outputs:
         value = outputs[name]
-        response.outputs.add(name=name, datatype=tensors.from_numpy(value.dtype).kserve,
+        response.outputs.add(name=name, datatype=dtypes.from_numpy(value.dtype).kserve,
                              shape=value.shape)
         response.raw_output_contents.append(to_binary(value))
     return response

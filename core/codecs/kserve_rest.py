@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from core import limits, tensors
 from core.codecs.common import (
     brackets,
     cast_numbers,
@@ -31,7 +30,8 @@ from core.codecs.common import (
 )
 from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError
-from core.signature import Inputs, TensorSpec, check_precision
+from core.tensors import dtypes, limits
+from core.tensors.spec import Inputs, TensorSpec, check_precision
 
 BAD_ID = "Could not parse input content. Not valid ndarray detected"  # OVMS's text for it
 BAD_PARAMETERS = "Could not parse request parameters"
@@ -122,8 +122,8 @@ def _fast_tensor(item: Any) -> tuple[dict[str, Any], int] | None:
             expected += count
     if "data" in fields:
         datatype = entry.get("datatype")
-        dtype = tensors.BY_KSERVE.get(datatype) if isinstance(datatype, str) else None
-        if dtype is None or dtype is tensors.BYTES:
+        dtype = dtypes.BY_KSERVE.get(datatype) if isinstance(datatype, str) else None
+        if dtype is None or dtype is dtypes.BYTES:
             return None
         found = fast_numeric(fields["data"], dtype.numpy)
         if found is None:
@@ -195,16 +195,16 @@ def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, Te
         raise InvalidInputError(
             f"Invalid JSON structure. inputs[{index}] needs name, shape and datatype"
         )
-    dtype = tensors.from_kserve(datatype)
+    dtype = dtypes.from_kserve(datatype)
     count = limits.check_shape(shape, name, dtype.numpy.itemsize)
     spec = specs.get(name)
-    if spec is not None and not (dtype is tensors.BYTES and spec.image_layout):
+    if spec is not None and not (dtype is dtypes.BYTES and spec.image_layout):
         check_precision(spec, dtype)
     size = _parameters(item).get("binary_data_size")
     if size is None and "data" not in item and reader.remaining:
         # OVMS: binary_data_size may be left out for a single input (it takes the rest of the
         # body) or for a fixed-size datatype (its size follows from the shape).
-        if dtype is not tensors.BYTES:
+        if dtype is not dtypes.BYTES:
             size = min(count * dtype.numpy.itemsize, reader.remaining)
         elif single:
             size = reader.remaining
@@ -222,9 +222,9 @@ def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, Te
     return name, _from_json(item["data"], dtype, shape, count, name)
 
 
-def from_binary(chunk: memoryview, dtype: tensors.DType, shape: list[int], count: int,
+def from_binary(chunk: memoryview, dtype: dtypes.DType, shape: list[int], count: int,
                  name: str) -> np.ndarray:
-    if dtype is tensors.BYTES:
+    if dtype is dtypes.BYTES:
         return _split_bytes(chunk, count, name).reshape(shape)
     expected = count * dtype.numpy.itemsize
     if len(chunk) != expected:
@@ -257,9 +257,9 @@ def _split_bytes(chunk: memoryview, count: int, name: str) -> np.ndarray:
     return items
 
 
-def _from_json(data: Any, dtype: tensors.DType, shape: list[int], count: int, name: str
+def _from_json(data: Any, dtype: dtypes.DType, shape: list[int], count: int, name: str
                ) -> np.ndarray:
-    if dtype is tensors.BYTES:
+    if dtype is dtypes.BYTES:
         flat = _flatten(data)
         if not all(isinstance(x, str) for x in flat):
             raise InvalidInputError(f"BYTES input {name} takes strings")
@@ -302,7 +302,7 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
     chunks: list[bytes] = []
     for name, binary in wanted.items():
         value = outputs[name]
-        entry: dict[str, Any] = {"name": name, "datatype": tensors.from_numpy(value.dtype).kserve,
+        entry: dict[str, Any] = {"name": name, "datatype": dtypes.from_numpy(value.dtype).kserve,
                                  "shape": list(value.shape)}
         if binary:
             data = to_binary(value)
@@ -325,7 +325,7 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
 
 
 def to_binary(value: np.ndarray) -> bytes:
-    if tensors.is_strings(value):
+    if dtypes.is_strings(value):
         parts = []
         for item in value.reshape(-1):
             raw = item if isinstance(item, bytes) else str(item).encode("utf-8")

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
-from core import limits, tensors
 from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError, VersionNotFoundError
-from core.signature import Inputs
+from core.tensors import dtypes, limits
+from core.tensors.spec import Inputs
 from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 from protos.gen.tensorflow_serving.apis import (
     get_model_metadata_pb2,
@@ -46,7 +46,7 @@ _TYPED_FIELD = {
 
 def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
     """One request TensorProto -> an array (read-only view of tensor_content when present)."""
-    dtype = tensors.BY_TF_ENUM.get(proto.dtype)
+    dtype = dtypes.BY_TF_ENUM.get(proto.dtype)
     if dtype is None:
         raise InvalidInputError(
             f"Invalid input precision - Unsupported: {_dtype_name(proto.dtype)}; "
@@ -56,7 +56,7 @@ def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
         raise InvalidInputError(f"Tensor shape must be known; input name: {name}")
     shape = [dim.size for dim in proto.tensor_shape.dim]
     count = limits.check_shape(shape, name, dtype.numpy.itemsize)
-    if dtype is tensors.BYTES:
+    if dtype is dtypes.BYTES:
         values = proto.string_val
         if not values and count:
             raise InvalidInputError(f"String val is empty; input name: {name}")
@@ -102,11 +102,11 @@ def _dtype_name(value: int) -> str:
 
 def fill_proto(array: np.ndarray, proto: tensor_pb2.TensorProto) -> None:
     """An output array -> `proto` (tensor_content; string_val for bytes)."""
-    dtype = tensors.from_numpy(array.dtype)
+    dtype = dtypes.from_numpy(array.dtype)
     proto.dtype = dtype.tf_enum  # type: ignore[assignment]
     for size in array.shape:
         proto.tensor_shape.dim.add(size=size)
-    if dtype is tensors.BYTES:
+    if dtype is dtypes.BYTES:
         proto.string_val.extend(
             item if isinstance(item, bytes) else str(item).encode() for item in array.flat
         )

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from core import tensors
 from core.codecs.common import (
     brackets,
     bytes_array,
@@ -29,7 +28,8 @@ from core.codecs.common import (
 )
 from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError
-from core.signature import Inputs, TensorSpec
+from core.tensors import dtypes
+from core.tensors.spec import Inputs, TensorSpec
 
 ROW = "row"
 COLUMN = "column"
@@ -81,7 +81,7 @@ def _fast(doc: Any, body: bytes, specs: Mapping[str, TensorSpec]
     expected = 0
     for name, column in columns.items():
         spec = specs.get(name)
-        if spec is None or spec.dtype is tensors.BYTES:
+        if spec is None or spec.dtype is dtypes.BYTES:
             return None
         found = fast_numeric(column, spec.dtype.numpy)
         if found is None:
@@ -107,7 +107,7 @@ def _fast_named_rows(instances: Any, body: bytes, specs: Mapping[str, TensorSpec
     expected = 1  # the instances list
     for name in first:
         spec = specs.get(name)
-        if spec is None or spec.dtype is tensors.BYTES or spec.dtype.numpy.kind != "f":
+        if spec is None or spec.dtype is dtypes.BYTES or spec.dtype.numpy.kind != "f":
             return None
         parts: list[np.ndarray] = []
         for row in rows:

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core import limits, tensors
 from core.errors import InvalidInputError
-from core.shapes import Dims, fits, format_actual, format_dims
-from core.tensors import DType
+from core.tensors import dtypes, limits
+from core.tensors.dtypes import DType
+from core.tensors.shapes import Dims, fits, format_actual, format_dims
 
 Inputs = dict[str, np.ndarray]
 
@@ -35,7 +35,7 @@ class TensorSpec:
     @property
     def image_layout(self) -> str | None:
         """NHWC or NCHW when this input can take jpeg/png images, else None."""
-        if len(self.dims) != 4 or self.dtype is tensors.BYTES:
+        if len(self.dims) != 4 or self.dtype is dtypes.BYTES:
             return None
         if self.layout in ("NHWC", "NCHW"):
             return self.layout
@@ -111,7 +111,7 @@ def validate(specs: Mapping[str, TensorSpec], inputs: Inputs) -> Inputs:
     ready: Inputs = {}
     for name, spec in specs.items():
         array = inputs[name]
-        check_precision(spec, tensors.from_numpy(array.dtype))
+        check_precision(spec, dtypes.from_numpy(array.dtype))
         limits.check_shape(array.shape, name, array.itemsize)
         spec.check_shape(array.shape)
         ready[name] = array
