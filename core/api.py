@@ -22,8 +22,8 @@ from core.codecs.common import dumps
 from core.config import Settings
 from core.cors import Cors
 from core.dataplane import Call, DataPlane
-from core.manager import ModelManager
 from core.openai import endpoints as openai
+from core.serving.registry import ModelManager
 from core.tensors import limits
 
 

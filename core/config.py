@@ -17,10 +17,10 @@ from typing import Any
 
 import orjson
 
-from core import devices
 from core.cors import CorsConfig
 from core.errors import ConfigError, StorageError
 from core.pipeline_config import LibraryConfig, PipelineConfig, parse_libraries, parse_pipelines
+from core.runtime import devices
 from core.tensors.limits import Limits
 from core.tensors.shapes import Dim, ShapeSpec, parse_batch, parse_shape
 
@@ -51,7 +51,7 @@ class VersionPolicy:
 
 @dataclass(frozen=True)
 class BatchingConfig:
-    """Server-side dynamic batching of one model (core.batching)."""
+    """Server-side dynamic batching of one model (core.runtime.batching)."""
 
     max_batch_size: int = 8
     window_us: int = 2000
@@ -503,7 +503,8 @@ def _precision(value: Any, path: str) -> tuple[str, str] | None:
 
 
 def _auto_notices(model: ModelConfig) -> None:
-    """OVMS's warnings for "auto": it still works (core.auto_shape), at a compile per change."""
+    """OVMS's warnings for "auto": it still works (core.runtime.auto_shape), at a compile per
+    change."""
     if _auto_batch(model):
         _notice_once(model.name, "batch_size", "Batch size auto is deprecated. Use model "
                      "dynamic shapes instead (batch_size -1 or a range)")

@@ -19,7 +19,7 @@ from core import metrics
 from core.codecs import documents, images
 from core.codecs.documents import Named, Signed
 from core.errors import ServingError, VersionNotFoundError
-from core.manager import ModelManager, Servable, ServedModel, ServedPipeline
+from core.serving.registry import ModelManager, Servable, ServedModel, ServedPipeline
 from core.tensors.spec import Inputs
 
 Reply = TypeVar("Reply", covariant=True)

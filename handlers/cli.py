@@ -314,7 +314,7 @@ def _demo_settings(settings: Settings) -> Settings:
 
 def _invoke(settings: Settings, args: argparse.Namespace) -> int:
     from core.api import App, make_request
-    from core.manager import ModelManager
+    from core.serving.registry import ModelManager
 
     body = args.data.encode()
     if args.data.startswith("@"):
@@ -330,8 +330,8 @@ def _invoke(settings: Settings, args: argparse.Namespace) -> int:
 def _export_blobs(settings: Settings, args: argparse.Namespace) -> int:
     """Print each blob written (and, per version, where it goes); exit 1 when a version did
     not load, so a build step that bakes blobs fails instead of shipping without one."""
-    from core.compiled_cache import export_manager
-    from core.manager import ModelManager
+    from core.runtime.compiled_cache import export_manager
+    from core.serving.registry import ModelManager
 
     manager = ModelManager.start(settings)
     out = Path(args.out)

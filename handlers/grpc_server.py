@@ -30,7 +30,7 @@ from core.codecs import documents, kserve_grpc, tfs_grpc
 from core.config import Settings
 from core.dataplane import Call, DataPlane
 from core.errors import ServingError
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from protos import pool
 from protos.gen.kserve import grpc_predict_v2_pb2 as pb
 from protos.gen.kserve import grpc_predict_v2_pb2_grpc

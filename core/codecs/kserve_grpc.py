@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
+from core.codecs.binary import from_binary, to_binary
 from core.codecs.documents import Named, Signed
-from core.codecs.kserve_rest import from_binary, to_binary
 from core.errors import InvalidInputError
 from core.tensors import dtypes, limits
 from core.tensors.spec import Inputs

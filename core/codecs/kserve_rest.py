@@ -8,13 +8,13 @@ without a copy.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from core.codecs.binary import from_binary, to_binary
 from core.codecs.common import (
     brackets,
     cast_numbers,
@@ -222,41 +222,6 @@ def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, Te
     return name, _from_json(item["data"], dtype, shape, count, name)
 
 
-def from_binary(chunk: memoryview, dtype: dtypes.DType, shape: list[int], count: int,
-                 name: str) -> np.ndarray:
-    if dtype is dtypes.BYTES:
-        return _split_bytes(chunk, count, name).reshape(shape)
-    expected = count * dtype.numpy.itemsize
-    if len(chunk) != expected:
-        raise InvalidInputError(
-            f"Invalid content size of tensor proto - Expected: {expected} bytes; "
-            f"Actual: {len(chunk)} bytes; input name: {name}"
-        )
-    return np.frombuffer(chunk, dtype=dtype.numpy).reshape(shape)
-
-
-def _split_bytes(chunk: memoryview, count: int, name: str) -> np.ndarray:
-    if count * 4 > len(chunk):  # every element has a 4-byte length: refuse before allocating
-        raise InvalidInputError(
-            f"Invalid BYTES framing for input {name}: {count} elements need at least "
-            f"{count * 4} bytes; got {len(chunk)}"
-        )
-    items = np.empty(count, dtype=object)
-    offset = 0
-    for i in range(count):
-        if offset + 4 > len(chunk):
-            raise InvalidInputError(f"Invalid BYTES framing for input {name}")
-        (length,) = struct.unpack_from("<I", chunk, offset)
-        offset += 4
-        if offset + length > len(chunk):
-            raise InvalidInputError(f"Invalid BYTES framing for input {name}")
-        items[i] = bytes(chunk[offset : offset + length])
-        offset += length
-    if offset != len(chunk):
-        raise InvalidInputError(f"Invalid BYTES framing for input {name}: trailing bytes")
-    return items
-
-
 def _from_json(data: Any, dtype: dtypes.DType, shape: list[int], count: int, name: str
                ) -> np.ndarray:
     if dtype is dtypes.BYTES:
@@ -322,16 +287,6 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
         "content-type": "application/octet-stream",
         "inference-header-content-length": str(len(header)),
     }
-
-
-def to_binary(value: np.ndarray) -> bytes:
-    if dtypes.is_strings(value):
-        parts = []
-        for item in value.reshape(-1):
-            raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
-            parts.append(struct.pack("<I", len(raw)) + raw)
-        return b"".join(parts)
-    return np.ascontiguousarray(value).tobytes()
 
 
 class InferCall:

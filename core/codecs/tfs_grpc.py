@@ -30,7 +30,7 @@ from protos.gen.tensorflow_serving.apis import (
 )
 from protos.pool import POOL
 
-SEQUENCE_ID = "sequence_id"  # core.stateful.SEQUENCE_ID (not imported: keeps openvino lazy)
+SEQUENCE_ID = "sequence_id"  # core.serving.stateful.SEQUENCE_ID (not imported: keeps openvino lazy)
 
 # Which typed field carries the values of each DataType (as TensorFlow's tensor_util fills them).
 _TYPED_FIELD = {

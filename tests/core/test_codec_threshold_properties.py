@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from core.api import App, Response, make_request
 from core.codecs import common
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from core.tensors import dtypes
 from demo import models
 from tests.core.helpers import save_ir, write_config

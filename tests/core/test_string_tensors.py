@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from core.codecs import common, kserve_rest, tfs_grpc
+from core.codecs import binary, common, tfs_grpc
 from core.tensors import dtypes
 from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 
@@ -43,7 +43,7 @@ def test_every_string_form_encodes_the_same_on_every_api(array: np.ndarray) -> N
     assert orjson.loads(common.dumps({"y": array})) == {"y": [["ab", "é"], ["", "z"]]}
     framed = b"".join(struct.pack("<I", len(item)) + item
                       for row in EXPECTED for item in row)
-    assert kserve_rest.to_binary(array) == framed
+    assert binary.to_binary(array) == framed
     proto = tensor_pb2.TensorProto()
     tfs_grpc.fill_proto(array, proto)
     assert proto.dtype == types_pb2.DT_STRING

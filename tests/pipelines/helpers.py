@@ -20,7 +20,7 @@ import orjson
 
 from core.api import App, Response, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 
 NODES = Path(__file__).parent / "nodes"
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from core.codecs import images, kserve_grpc, kserve_rest, tfs_grpc
-from core.codecs.kserve_rest import to_binary
+from core.codecs.binary import to_binary
 from core.errors import ServingError
 from core.tensors import dtypes
 from core.tensors.shapes import ANY

@@ -19,7 +19,7 @@ from core.api import App, make_request
 from core.config import Settings
 from core.dataplane import DataPlane
 from core.errors import ServingError
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from handlers import grpc_server
 from protos.gen.kserve import grpc_predict_v2_pb2 as kfs
 from protos.gen.tensorflow_serving.apis import get_model_status_pb2, predict_pb2

@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from core import adaptive, devices, metrics
-from core.adaptive import Variant
-from core.auto_shape import Fit
-from core.batching import Batcher
+from core import metrics
 from core.config import BatchingConfig, ModelConfig
 from core.errors import ConfigError, InternalError, ModelNotReadyError, ServingError
+from core.runtime import adaptive, devices
+from core.runtime.adaptive import Variant
+from core.runtime.auto_shape import Fit
+from core.runtime.batching import Batcher
 from core.tensors import dtypes
 from core.tensors.shapes import ANY, Dim, Dims
 from core.tensors.spec import Inputs, TensorSpec, validate
@@ -129,7 +130,7 @@ class ModelVersion:
         self._blob: np.memmap | None = None  # an imported blob's mapping, backing the weights
         self._pool: queue.Queue[ov.InferRequest] = queue.Queue()
         # the variant every request may run on (_compiled, _pool), and the throughput one of
-        # an adaptive version once it is compiled (core.adaptive)
+        # an adaptive version once it is compiled (core.runtime.adaptive)
         self._first: Variant | None = None
         self._second: Variant | None = None
         self._second_lock = threading.Lock()
@@ -141,8 +142,8 @@ class ModelVersion:
         # set when the first request ends, or on retirement: a waiting blob export runs then
         # (or, retired, gives up)
         self._export_gate = threading.Event()
-        # batch_size / shape "auto" (core.auto_shape): the shapes this version is compiled for,
-        # and who reloads it for a request that needs others (set by the model's registry)
+        # batch_size / shape "auto" (core.runtime.auto_shape): the shapes this version is compiled
+        # for, and who reloads it for a request that needs others (set by the model's registry)
         self.fit = Fit()
         self.refit: Callable[[ModelVersion, Inputs], ModelVersion] | None = None
 
@@ -203,7 +204,7 @@ class ModelVersion:
     def _build(self) -> None:
         """Import the version's compiled blob if one has its key, else read and compile; the
         served signature comes from the compiled model either way (a blob needs no weights)."""
-        from core import compiled_cache, mapping
+        from core.runtime import compiled_cache, mapping
 
         path = self.model_file = self._model_path()
         aliases = mapping.load(self.folder)
@@ -244,7 +245,7 @@ class ModelVersion:
         """The compile properties the config sets (adaptation leaves a tuned version alone)."""
         return set(self.config.plugin_config)
 
-    # -- the throughput variant of an adaptive version (core.adaptive) -------------------------
+    # -- the throughput variant of an adaptive version (core.runtime.adaptive) -----------------
 
     def _second_later(self, model: ov.Model | None, aliases: Any) -> None:
         """Compile the throughput variant on a background thread once the first request has
@@ -265,7 +266,7 @@ class ModelVersion:
 
     def _compile_second(self, model: ov.Model | None, aliases: Any) -> None:
         """Import or compile the throughput variant and start routing crowds to it (once)."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         with self._second_lock:
             if self._second is not None or self._retiring():
@@ -300,7 +301,7 @@ class ModelVersion:
                        ) -> tuple[ov.CompiledModel, np.memmap | None]:
         """The variant's blob when one has its key, else a compile of the version's model (the
         one the first variant compiled, or read again when that one came from a blob)."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         found = compiled_cache.find(key, self.folder, self.cache_dir) if key else None
         imported = compiled_cache.load(core, found, device, properties) if found else None
@@ -319,7 +320,7 @@ class ModelVersion:
     def export_blob(self, folder: Path) -> Path | None:
         """Write the compiled model to folder/<blob_key>.blob; None when it is not serving or
         its config disallows blobs (allow_cache false)."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         compiled = self._compiled
         if compiled is None or not self.available or not self.blob_key:
@@ -329,7 +330,7 @@ class ModelVersion:
     def export_blobs(self, folder: Path) -> list[Path]:
         """export_blob, and for an adaptive version its throughput variant's blob too (compiled
         now if the background has not yet): each variant has its own key."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         first = self.export_blob(folder)
         if first is None:
@@ -344,7 +345,7 @@ class ModelVersion:
 
     def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
         """The compiled blob's key; "" when the config disallows blobs."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         c = self.config
         if not c.allow_cache:
@@ -356,7 +357,7 @@ class ModelVersion:
     def _read(self, path: Path, aliases: Any) -> ov.Model:
         """The model as config says to serve it: weights a bucket still holds are downloaded
         first, then read, transformed (subclasses), reshaped and re-laid-out."""
-        from core import reshape
+        from core.runtime import reshape
         from core.storage import remote
 
         remote.LAZY.complete(self.folder)
@@ -371,10 +372,11 @@ class ModelVersion:
         """Hook for subclasses (stateful models) to transform the read model."""
 
     def _compile_config(self) -> dict[str, Any]:
-        """Host defaults (core.compiled_cache.default_properties), then the model's
+        """Host defaults (core.runtime.compiled_cache.default_properties), then the model's
         plugin_config, which always wins. OpenVINO's CACHE_DIR is not set by default: compiled
-        blobs are handled by core.compiled_cache (a plugin_config CACHE_DIR still applies)."""
-        from core import compiled_cache
+        blobs are handled by core.runtime.compiled_cache (a plugin_config CACHE_DIR still
+        applies)."""
+        from core.runtime import compiled_cache
 
         config: dict[str, Any] = compiled_cache.default_properties(
             compiled_cache.profile().concurrent)
@@ -399,7 +401,7 @@ class ModelVersion:
         at least two per stream, so a stream has the next request queued when one ends. The
         latency variant of an adaptive version (`lone`) only runs a request that is alone in
         flight: one InferRequest (each holds its own activation buffers)."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         size = self.config.nireq or int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         if lone:
@@ -576,7 +578,7 @@ def _cause(exc: Exception) -> str:
 
 
 def _mapping(folder: Path) -> Any:
-    from core import mapping
+    from core.runtime import mapping
 
     return mapping.load(folder)
 

@@ -18,7 +18,7 @@ import numpy as np
 import openvino as ov
 
 from core.errors import InvalidInputError, NotFoundError, ServingError
-from core.model import ModelVersion, inference_error, ov_input, read_outputs
+from core.serving.model import ModelVersion, inference_error, ov_input, read_outputs
 from core.tensors import dtypes
 from core.tensors.spec import Inputs, TensorSpec, validate
 

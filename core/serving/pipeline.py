@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from core.custom_nodes import BrokenLibrary, CustomNode
 from core.errors import ConfigError, InternalError, InvalidInputError, NoResultsError
-from core.model import State, Status
 from core.pipeline_config import REQUEST, Connection, NodeConfig, PipelineConfig
+from core.serving.custom_nodes import BrokenLibrary, CustomNode
+from core.serving.model import State, Status
 from core.tensors import dtypes
 from core.tensors.shapes import ANY, fits, format_actual, format_dims
 from core.tensors.spec import Inputs, TensorSpec, validate
