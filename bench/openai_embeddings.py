@@ -75,7 +75,7 @@ def direct_runner(folder: Path) -> Any:
     import openvino as ov
 
     from core.openai.servable import load_tokenizers_extension
-    from core.serving.model import ov_core
+    from core.runtime.ov_core import ov_core
 
     load_tokenizers_extension()
     core: ov.Core = ov_core()

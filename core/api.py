@@ -16,12 +16,12 @@ from http import HTTPStatus
 
 import orjson
 
-from core import errors, logs
+from core import dataplane, errors, logs
 from core.codecs import documents, kserve_rest, tfs_rest
 from core.codecs.common import dumps
 from core.config import Settings
 from core.cors import Cors
-from core.dataplane import Call, DataPlane
+from core.dataplane import DataPlane
 from core.openai import endpoints as openai
 from core.serving.registry import ModelManager
 from core.tensors import limits
@@ -64,14 +64,6 @@ _LABEL = r"(?:/labels/(?P<label>[^/:]+))?"
 _OPENAI = r"/(?:v3/(?:v1/)?|v1/)"  # OVMS serves its OpenAI API under /v3, /v3/v1 and /v1
 
 
-TFS_PREDICT = Call("TensorFlowServing", "REST", "Predict")
-TFS_METADATA = Call("TensorFlowServing", "REST", "GetModelMetadata")
-TFS_STATUS = Call("TensorFlowServing", "REST", "GetModelStatus")
-KSERVE_METADATA = Call("KServe", "REST", "ModelMetadata")
-KSERVE_READY = Call("KServe", "REST", "ModelReady")
-KSERVE_INFER = Call("KServe", "REST", "ModelInfer")
-
-
 def _lower_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
 
@@ -81,7 +73,7 @@ class App:
 
     def __init__(self, manager: ModelManager, settings: Settings) -> None:
         self.manager = manager
-        self.plane = DataPlane(manager)
+        self.plane = DataPlane(manager, "REST")
         self.settings = settings
         limits.configure(settings.limits)
         self._cors = Cors(settings.cors)
@@ -182,17 +174,19 @@ class App:
     # Each route translates: URL and body in, the data plane's answer out as JSON.
 
     def _tfs_predict(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(self.plane.infer(TFS_PREDICT, m["name"], _ver(m),
+        return json_response(self.plane.infer(dataplane.TFS_PREDICT, m["name"], _ver(m),
                                               tfs_rest.PredictCall(req.body)))
 
     def _unsupported_verb(self, req: Request, m: re.Match[str]) -> Response:
         raise errors.RouteNotFoundError("Only :predict is served; classify and regress are not")
 
     def _tfs_metadata(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(dumps(self.plane.tfs_metadata(TFS_METADATA, m["name"], _ver(m))))
+        doc = self.plane.tfs_metadata(dataplane.TFS_METADATA, m["name"], _ver(m))
+        return json_response(dumps(doc))
 
     def _tfs_status(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(dumps(self.plane.model_status(TFS_STATUS, m["name"], _ver(m))))
+        doc = self.plane.model_status(dataplane.TFS_STATUS, m["name"], _ver(m))
+        return json_response(dumps(doc))
 
     def _config_status(self, req: Request, m: re.Match[str]) -> Response:
         return json_response(dumps(self.plane.config_status()))
@@ -216,11 +210,11 @@ class App:
         return json_response(dumps(documents.server_metadata()))
 
     def _kserve_metadata(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(dumps(self.plane.kserve_metadata(KSERVE_METADATA, m["name"],
+        return json_response(dumps(self.plane.kserve_metadata(dataplane.KSERVE_METADATA, m["name"],
                                                               _ver(m))))
 
     def _kserve_ready(self, req: Request, m: re.Match[str]) -> Response:
-        problem = self.plane.model_ready(KSERVE_READY, m["name"], _ver(m))
+        problem = self.plane.model_ready(dataplane.KSERVE_READY, m["name"], _ver(m))
         if problem is None:
             return json_response(READY)
         if isinstance(problem, errors.NotFoundError):  # no such model or version
@@ -229,7 +223,7 @@ class App:
 
     def _kserve_infer(self, req: Request, m: re.Match[str]) -> Response:
         header_length = req.header("inference-header-content-length") or None
-        body, headers = self.plane.infer(KSERVE_INFER, m["name"], _ver(m),
+        body, headers = self.plane.infer(dataplane.KSERVE_INFER, m["name"], _ver(m),
                                          kserve_rest.InferCall(req.body, header_length))
         return Response(200, body, headers)
 

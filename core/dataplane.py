@@ -19,7 +19,8 @@ from core import metrics
 from core.codecs import documents, images
 from core.codecs.documents import Named, Signed
 from core.errors import ServingError, VersionNotFoundError
-from core.serving.registry import ModelManager, Servable, ServedModel, ServedPipeline
+from core.serving.registry import ModelManager, ServedModel, ServedPipeline
+from core.serving.servable import Servable
 from core.tensors.spec import Inputs
 
 Reply = TypeVar("Reply", covariant=True)
@@ -39,19 +40,28 @@ class Call:
     """Which API method a front is serving, for the request metrics."""
 
     api: str  # "TensorFlowServing" or "KServe"
-    interface: str  # "REST" or "gRPC"
     method: str  # "Predict", "ModelInfer", "GetModelMetadata", ...
 
 
-class DataPlane:
-    """Serving calls on one ModelManager; stateless beyond it, shared by every front."""
+TFS_PREDICT = Call("TensorFlowServing", "Predict")
+TFS_METADATA = Call("TensorFlowServing", "GetModelMetadata")
+TFS_STATUS = Call("TensorFlowServing", "GetModelStatus")
+KSERVE_INFER = Call("KServe", "ModelInfer")
+KSERVE_METADATA = Call("KServe", "ModelMetadata")
+KSERVE_READY = Call("KServe", "ModelReady")
 
-    def __init__(self, manager: ModelManager) -> None:
+
+class DataPlane:
+    """Serving calls on one ModelManager for one front: `interface` ("REST" or "gRPC") labels
+    its request metrics. Stateless beyond the manager."""
+
+    def __init__(self, manager: ModelManager, interface: str) -> None:
         self.manager = manager
+        self.interface = interface
 
     def infer(self, call: Call, name: str, version: int | None, exchange: Exchange[Reply]) -> Reply:
         """Resolve -> decode -> images -> validate and infer -> encode."""
-        with metrics.track(call.api, call.interface, call.method, name, version) as track:
+        with metrics.track(call.api, self.interface, call.method, name, version) as track:
             servable = self.manager.get(name, version)
             track.version = servable.version
             inputs = exchange.decode(servable)
@@ -64,7 +74,7 @@ class DataPlane:
         self, call: Call, name: str, version: int | None, check: Callable[[], None] = lambda: None
     ) -> Servable:
         """The servable a metadata call describes; `check` vets the request first."""
-        with metrics.track(call.api, call.interface, call.method, name, version) as track:
+        with metrics.track(call.api, self.interface, call.method, name, version) as track:
             check()
             servable = self.manager.get(name, version)
             track.version = servable.version
@@ -84,7 +94,7 @@ class DataPlane:
 
     def model_status(self, call: Call, name: str, version: int | None) -> dict[str, Any]:
         """`model_version_status` of one version, or of every version when none is given."""
-        with metrics.track(call.api, call.interface, call.method, name, None):
+        with metrics.track(call.api, self.interface, call.method, name, None):
             served = self.manager.model(name)
             if version is not None:
                 if version not in served.versions:
@@ -99,7 +109,7 @@ class DataPlane:
     ) -> ServingError | None:
         """Why the model (version) cannot serve now, or None when it is ready. With
         `unknown_raises`, an unknown model or version raises instead (gRPC's NOT_FOUND)."""
-        with metrics.track(call.api, call.interface, call.method, name, None):
+        with metrics.track(call.api, self.interface, call.method, name, None):
             if unknown_raises:
                 served = self.manager.model(name)
                 if version is not None and version not in served.versions:

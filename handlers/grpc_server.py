@@ -25,10 +25,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from core import logs, metrics
+from core import dataplane, logs, metrics
 from core.codecs import documents, kserve_grpc, tfs_grpc
 from core.config import Settings
-from core.dataplane import Call, DataPlane
+from core.dataplane import DataPlane
 from core.errors import ServingError
 from core.serving.registry import ModelManager
 from protos import pool
@@ -77,14 +77,6 @@ def _rpc(method: Method[Req, Resp]) -> Method[Req, Resp]:
     return wrapper
 
 
-TFS_PREDICT = Call("TensorFlowServing", "gRPC", "Predict")
-TFS_METADATA = Call("TensorFlowServing", "gRPC", "GetModelMetadata")
-TFS_STATUS = Call("TensorFlowServing", "gRPC", "GetModelStatus")
-KSERVE_INFER = Call("KServe", "gRPC", "ModelInfer")
-KSERVE_METADATA = Call("KServe", "gRPC", "ModelMetadata")
-KSERVE_READY = Call("KServe", "gRPC", "ModelReady")
-
-
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
@@ -92,12 +84,12 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     @_rpc
     def Predict(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         name, version = tfs_grpc.model_spec(request.model_spec)
-        return self.plane.infer(TFS_PREDICT, name, version, tfs_grpc.PredictCall(request))
+        return self.plane.infer(dataplane.TFS_PREDICT, name, version, tfs_grpc.PredictCall(request))
 
     @_rpc
     def GetModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         name, version = tfs_grpc.require_spec(request)
-        doc = self.plane.tfs_metadata(TFS_METADATA, name, version,
+        doc = self.plane.tfs_metadata(dataplane.TFS_METADATA, name, version,
                                       functools.partial(tfs_grpc.check_metadata_field, request))
         return tfs_grpc.metadata_response(doc)
 
@@ -109,7 +101,8 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     @_rpc
     def GetModelStatus(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         name, version = tfs_grpc.require_spec(request)
-        return tfs_grpc.status_response(self.plane.model_status(TFS_STATUS, name, version))
+        doc = self.plane.model_status(dataplane.TFS_STATUS, name, version)
+        return tfs_grpc.status_response(doc)
 
     @_rpc
     def HandleReloadConfigRequest(  # noqa: N802
@@ -142,20 +135,20 @@ class InferenceService(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServicer):
     def ModelReady(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         """Unknown model or version: NOT_FOUND (as OVMS); known but not AVAILABLE: false."""
         version = kserve_grpc.parse_version(request.version)
-        problem = self.plane.model_ready(KSERVE_READY, request.name, version,
+        problem = self.plane.model_ready(dataplane.KSERVE_READY, request.name, version,
                                          unknown_raises=True)
         return pb.ModelReadyResponse(ready=problem is None)
 
     @_rpc
     def ModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         version = kserve_grpc.parse_version(request.version)
-        doc = self.plane.kserve_metadata(KSERVE_METADATA, request.name, version)
+        doc = self.plane.kserve_metadata(dataplane.KSERVE_METADATA, request.name, version)
         return kserve_grpc.metadata_response(doc)
 
     @_rpc
     def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         version = kserve_grpc.parse_version(request.model_version)
-        return self.plane.infer(KSERVE_INFER, request.model_name, version,
+        return self.plane.infer(dataplane.KSERVE_INFER, request.model_name, version,
                                 kserve_grpc.InferCall(request))
 
 
@@ -217,7 +210,7 @@ def build(manager: ModelManager, args: argparse.Namespace
                "grpc.so_reuseport": 0,  # a port in use is an error, not a silent share
                **dict(getattr(args, "grpc_channel_arguments", []))}  # the user's win
     server = grpc.server(executor, options=list(options.items()))
-    plane = DataPlane(manager)
+    plane = DataPlane(manager, "gRPC")
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         PredictionService(plane), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(plane), server)

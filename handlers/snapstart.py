@@ -42,7 +42,8 @@ import orjson
 
 from core.api import App, default_app
 from core.errors import ServingError
-from core.serving.model import ModelVersion, ov_core
+from core.runtime.ov_core import ov_core
+from core.serving.model import ModelVersion
 
 log = logging.getLogger("ov_serverless.snapstart")
 

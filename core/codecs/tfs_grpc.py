@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
+from core.codecs.binary import from_binary
 from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError, VersionNotFoundError
 from core.tensors import dtypes, limits
@@ -64,15 +65,8 @@ def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
         array = np.empty(count, dtype=object)
         array[:] = list(values)
         return array.reshape(shape)
-    content = proto.tensor_content
-    if content:
-        expected = count * dtype.numpy.itemsize
-        if len(content) != expected:
-            raise InvalidInputError(
-                f"Invalid content size of tensor proto - Expected: {expected} bytes; "
-                f"Actual: {len(content)} bytes; input name: {name}"
-            )
-        return np.frombuffer(content, dtype=dtype.numpy).reshape(shape)
+    if proto.tensor_content:
+        return from_binary(memoryview(proto.tensor_content), dtype, shape, count, name)
     values = getattr(proto, _TYPED_FIELD[dtype.tf])
     _check_count(count, len(values), name)
     try:

@@ -302,7 +302,7 @@ def model_info(manager: ModelManager, name: str) -> bytes:
 
 
 def _listed(manager: ModelManager, name: str) -> bool:
-    from core.serving.model import State
+    from core.serving.servable import State
 
     served = manager.models.get(name)
     return served is not None and any(

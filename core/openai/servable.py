@@ -22,7 +22,8 @@ from openvino import opset13 as ops
 
 from core.errors import InvalidInputError, ServingError
 from core.openai import options as task_options
-from core.serving.model import ModelVersion, ov_core
+from core.runtime.ov_core import ov_core
+from core.serving.model import ModelVersion
 
 MODEL_FILE = "openvino_model.xml"
 TOKENIZER_FILE = "openvino_tokenizer.xml"

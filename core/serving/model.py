@@ -7,15 +7,12 @@ so concurrent requests from a threaded server really overlap.
 
 from __future__ import annotations
 
-import enum
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +21,13 @@ import openvino as ov
 
 from core import metrics
 from core.config import BatchingConfig, ModelConfig
-from core.errors import ConfigError, InternalError, ModelNotReadyError, ServingError
+from core.errors import InternalError, ModelNotReadyError, ServingError
 from core.runtime import adaptive, devices
 from core.runtime.adaptive import Variant
 from core.runtime.auto_shape import Fit
 from core.runtime.batching import Batcher
+from core.runtime.ov_core import ov_core
+from core.serving.servable import State, Status
 from core.tensors import dtypes
 from core.tensors.shapes import ANY, Dim, Dims
 from core.tensors.spec import Inputs, TensorSpec, validate
@@ -37,64 +36,6 @@ log = logging.getLogger("ov_serverless.model")
 
 MODEL_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite")
 RETIRE_GRACE_S = 2.0
-
-
-class State(enum.IntEnum):
-    START = 10
-    LOADING = 20
-    AVAILABLE = 30
-    UNLOADING = 40
-    END = 50
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    state: State
-    error_code: str = "OK"  # OK | UNKNOWN | FAILED_PRECONDITION, as OVMS reports them
-    error_message: str = "OK"
-
-
-_core: ov.Core | None = None
-_core_lock = threading.Lock()
-
-
-def ov_core() -> ov.Core:
-    """One ov.Core per process: device plugins are loaded once."""
-    global _core
-    with _core_lock:
-        if _core is None:
-            _core = ov.Core()
-            _init_numpy_bindings()
-        return _core
-
-
-_extensions: set[str] = set()
-
-
-def add_extension(path: str) -> None:
-    """OVMS's --cpu_extension: a library of custom operations, added to the process's Core
-    once and before any model is read (an IR names its custom ops by type)."""
-    if not path or path in _extensions:
-        return
-    if not os.path.exists(path):
-        raise ConfigError("File path provided as an --cpu_extension parameter does not exist "
-                          f"in the filesystem: {path}")
-    try:
-        ov_core().add_extension(path)
-    except RuntimeError as exc:
-        raise ConfigError(f"Custom CPU extension loading has failed! Reason: {exc}") from None
-    _extensions.add(path)
-    log.info("Custom CPU extension loaded: %s", path)
-
-
-def _init_numpy_bindings() -> None:
-    """Initialise the bindings' numpy glue (pybind11's npy_api and _pyopenvino's dtype
-    statics) once, on one thread. Left to the first requests, two threads that convert their
-    first arrays at the same moment can deadlock: one holds a C++ static-init guard while it
-    waits for the GIL, the other holds the GIL while it waits for that guard (seen as a server
-    that stops answering when concurrent first predicts hit a model read from disk)."""
-    ov.Type.f32.to_dtype()
-    ov.Tensor(np.zeros(1, np.float32), shared_memory=True)
 
 
 def find_model_file(folder: Path) -> Path:

@@ -16,21 +16,12 @@ import numpy as np
 from core.errors import ConfigError, InternalError, InvalidInputError, NoResultsError
 from core.pipeline_config import REQUEST, Connection, NodeConfig, PipelineConfig
 from core.serving.custom_nodes import BrokenLibrary, CustomNode
-from core.serving.model import State, Status
+from core.serving.servable import Servable, State, Status
 from core.tensors import dtypes
 from core.tensors.shapes import ANY, fits, format_actual, format_dims
 from core.tensors.spec import Inputs, TensorSpec, validate
 
 Value = np.ndarray | list[np.ndarray]  # a list holds the per-item values of a demuxed branch
-
-
-class Servable(Protocol):
-    name: str
-    version: int
-    inputs: dict[str, TensorSpec]
-    outputs: dict[str, TensorSpec]
-
-    def infer(self, inputs: Inputs) -> dict[str, np.ndarray]: ...
 
 
 class Models(Protocol):

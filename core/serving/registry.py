@@ -20,13 +20,14 @@ from core import errors, metrics
 from core.config import MetricsConfig, ModelConfig, ServerConfig, Settings
 from core.pipeline_config import PipelineConfig
 from core.runtime import auto_shape
-from core.serving.model import RETIRE_GRACE_S, ModelVersion, State, Status, add_extension
+from core.runtime.ov_core import add_extension
+from core.serving.model import RETIRE_GRACE_S, ModelVersion
 from core.serving.pipeline import Pipeline
+from core.serving.servable import State, Status
 from core.storage import Repository, open_repository
 from core.storage.secrets import redact
 
 log = logging.getLogger("ov_serverless.manager")
-Servable = ModelVersion | Pipeline
 
 
 @dataclass

@@ -18,7 +18,8 @@ import pytest
 from core import metrics
 from core.config import Settings, parse_model_config
 from core.runtime import compiled_cache
-from core.serving.model import ModelVersion, State
+from core.serving.model import ModelVersion
+from core.serving.servable import State
 from core.serving.stateful import StatefulModelVersion
 from demo.models import save, scaler
 from tests.core.helpers import classifier, image_input, save_ir

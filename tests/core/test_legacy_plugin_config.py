@@ -22,8 +22,8 @@ import requests
 from core import config as config_module
 from core.config import Settings, parse_config
 from core.errors import ConfigError
-from core.serving.model import State
 from core.serving.registry import ModelManager
+from core.serving.servable import State
 from demo import models
 from tests.core.helpers import console_script, free_port, save_ir, write_config
 

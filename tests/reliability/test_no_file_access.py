@@ -107,7 +107,7 @@ def _grpc_calls(name: str, version: str) -> list[Callable[[], object]]:
     infer = kfs.ModelInferRequest(model_name=name, model_version=version)
     meta = kfs.ModelMetadataRequest(name=name, version=version)
     ready = kfs.ModelReadyRequest(name=name, version=version)
-    plane = DataPlane(_manager[0])
+    plane = DataPlane(_manager[0], "gRPC")
     prediction, models = grpc_server.PredictionService(plane), grpc_server.ModelService(plane)
     inference = grpc_server.InferenceService(plane)
     # the servicer methods without their ServingError -> context.abort wrapper
