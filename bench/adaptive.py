@@ -217,11 +217,11 @@ def decode_bench(x: np.ndarray, repeat: int) -> dict[str, float]:
     KServe) against np.fromstring(sep=",") and a bare simdjson parse of the same numbers."""
     import simdjson
 
-    from core import tensors
     from core.codecs import common, kserve_rest, tfs_rest
-    from core.signature import TensorSpec
+    from core.tensors import dtypes
+    from core.tensors.spec import TensorSpec
 
-    spec = TensorSpec("input", tensors.from_ov("f32"), tuple((d, d) for d in x.shape), "")
+    spec = TensorSpec("input", dtypes.from_ov("f32"), tuple((d, d) for d in x.shape), "")
     tfs = orjson.dumps({"instances": x.tolist()})
     kserve = orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape),
                                        "datatype": "FP32", "data": x.ravel().tolist()}]})

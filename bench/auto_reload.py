@@ -29,7 +29,7 @@ from bench.models import resnet50_like
 def _app(root: Path, batch_size: Any) -> Any:
     from core.api import App
     from core.config import Settings
-    from core.manager import ModelManager
+    from core.serving.registry import ModelManager
 
     config = root / f"config-{batch_size}.json"
     config.write_text(json.dumps({"model_config_list": [{"config": {

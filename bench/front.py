@@ -132,7 +132,7 @@ def serve(front: str, port: int, config: str) -> int:
     from bench import granian_front
     from core.api import App
     from core.config import Settings
-    from core.manager import ModelManager
+    from core.serving.registry import ModelManager
     from handlers import http_server
 
     module: Any = http_server if front == "hand" else granian_front

@@ -16,11 +16,11 @@ import skimage
 from PIL import Image
 
 from bench.common import paired
-from core import tensors
 from core.codecs import images
-from core.signature import TensorSpec
+from core.tensors import dtypes
+from core.tensors.spec import TensorSpec
 
-SPEC = TensorSpec("input", tensors.from_ov("f32"), ((1, 1), (3, 3), (224, 224), (224, 224)),
+SPEC = TensorSpec("input", dtypes.from_ov("f32"), ((1, 1), (3, 3), (224, 224), (224, 224)),
                   "NCHW")
 
 

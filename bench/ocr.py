@@ -84,7 +84,7 @@ def by_hand(root: Path) -> Callable[[bytes], list[str]]:
 def in_app(root: Path, cache: Path) -> Callable[[bytes], list[str]]:
     from core.api import App, make_request
     from core.config import Settings
-    from core.manager import ModelManager
+    from core.serving.registry import ModelManager
 
     settings = Settings(config_path=str(root / "config.json"), cache_dir=str(cache))
     app = App(ModelManager.start(settings), settings)

@@ -74,8 +74,8 @@ def export_model(out: Path) -> Path:
 def direct_runner(folder: Path) -> Any:
     import openvino as ov
 
-    from core.model import ov_core
     from core.openai.servable import load_tokenizers_extension
+    from core.runtime.ov_core import ov_core
 
     load_tokenizers_extension()
     core: ov.Core = ov_core()

@@ -262,10 +262,10 @@ def gcs_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
 
 def make_blob(root: Path, model: str, model_path: str) -> Path:
     """The compiled blob a Lambda (LATENCY, one request at a time) would import, made the
-    documented way (core.compiled_cache.export_manager), into root/blobs."""
-    from core.compiled_cache import export_manager
+    documented way (core.runtime.compiled_cache.export_manager), into root/blobs."""
     from core.config import Settings
-    from core.manager import ModelManager
+    from core.runtime.compiled_cache import export_manager
+    from core.serving.registry import ModelManager
 
     settings = Settings(model_name=model, model_path=model_path,
                         cache_dir=str(root / "blob-cache"))

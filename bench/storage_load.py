@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from bench.common import environ, save  # noqa: E402
 from core.config import Settings  # noqa: E402
-from core.manager import ModelManager  # noqa: E402
+from core.serving.registry import ModelManager  # noqa: E402
 from core.storage import open_repository  # noqa: E402
 from tests.emulators import EMULATORS  # noqa: E402
 from tests.storage.helpers import _FOREIGN_ENV, STORES  # noqa: E402

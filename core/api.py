@@ -16,11 +16,15 @@ from http import HTTPStatus
 
 import orjson
 
-from core import errors, limits, logs, rest
+from core import dataplane, errors, logs
+from core.codecs import documents, kserve_rest, tfs_rest
+from core.codecs.common import dumps
 from core.config import Settings
 from core.cors import Cors
-from core.manager import ModelManager
+from core.dataplane import DataPlane
 from core.openai import endpoints as openai
+from core.serving.registry import ModelManager
+from core.tensors import limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +69,11 @@ def _lower_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 class App:
-    """The data plane every transport shares: routes -> rest.* endpoint functions."""
+    """The REST front every transport shares: routes -> the data plane, replies in JSON."""
 
     def __init__(self, manager: ModelManager, settings: Settings) -> None:
         self.manager = manager
+        self.plane = DataPlane(manager, "REST")
         self.settings = settings
         limits.configure(settings.limits)
         self._cors = Cors(settings.cors)
@@ -166,26 +171,29 @@ class App:
         return [(re.compile(re.escape(metrics.path)), {"GET": self._metrics})] \
             if metrics.enabled else []
 
-    # Each endpoint is a thin shim over core.rest, which owns the JSON shapes.
+    # Each route translates: URL and body in, the data plane's answer out as JSON.
 
     def _tfs_predict(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(rest.tfs_predict(self.manager, m["name"], _ver(m), req.body))
+        return json_response(self.plane.infer(dataplane.TFS_PREDICT, m["name"], _ver(m),
+                                              tfs_rest.PredictCall(req.body)))
 
     def _unsupported_verb(self, req: Request, m: re.Match[str]) -> Response:
         raise errors.RouteNotFoundError("Only :predict is served; classify and regress are not")
 
     def _tfs_metadata(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(rest.tfs_metadata(self.manager, m["name"], _ver(m)))
+        doc = self.plane.tfs_metadata(dataplane.TFS_METADATA, m["name"], _ver(m))
+        return json_response(dumps(doc))
 
     def _tfs_status(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(rest.tfs_status(self.manager, m["name"], _ver(m)))
+        doc = self.plane.model_status(dataplane.TFS_STATUS, m["name"], _ver(m))
+        return json_response(dumps(doc))
 
     def _config_status(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(rest.config_status(self.manager))
+        return json_response(dumps(self.plane.config_status()))
 
     def _config_reload(self, req: Request, m: re.Match[str]) -> Response:
-        changed, body = rest.config_reload(self.manager)
-        return json_response(body, 201 if changed else 200)
+        changed = self.plane.reload()
+        return json_response(dumps(self.plane.config_status()), 201 if changed else 200)
 
     # Health bodies as the Open Inference Protocol REST spec shapes them; a not-ready answer
     # also carries the reason in the error shape every other failure uses.
@@ -194,18 +202,19 @@ class App:
         return json_response(b'{"live":true}')
 
     def _ready(self, req: Request, m: re.Match[str]) -> Response:
-        if not self.manager.ready:
+        if not self.plane.ready:
             return _not_ready(errors.ServerNotReadyError("Server is not ready yet"))
         return json_response(READY)
 
     def _server_metadata(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(rest.server_metadata())
+        return json_response(dumps(documents.server_metadata()))
 
     def _kserve_metadata(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(rest.kserve_metadata(self.manager, m["name"], _ver(m)))
+        return json_response(dumps(self.plane.kserve_metadata(dataplane.KSERVE_METADATA, m["name"],
+                                                              _ver(m))))
 
     def _kserve_ready(self, req: Request, m: re.Match[str]) -> Response:
-        problem = rest.kserve_ready(self.manager, m["name"], _ver(m))
+        problem = self.plane.model_ready(dataplane.KSERVE_READY, m["name"], _ver(m))
         if problem is None:
             return json_response(READY)
         if isinstance(problem, errors.NotFoundError):  # no such model or version
@@ -214,9 +223,8 @@ class App:
 
     def _kserve_infer(self, req: Request, m: re.Match[str]) -> Response:
         header_length = req.header("inference-header-content-length") or None
-        body, headers = rest.kserve_infer(
-            self.manager, m["name"], _ver(m), req.body, header_length
-        )
+        body, headers = self.plane.infer(dataplane.KSERVE_INFER, m["name"], _ver(m),
+                                         kserve_rest.InferCall(req.body, header_length))
         return Response(200, body, headers)
 
     def _openai_embeddings(self, req: Request, m: re.Match[str]) -> Response:

@@ -20,8 +20,6 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-
 from core.errors import ModelNotFoundError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -170,22 +168,26 @@ COLD_START = Gauge("ov_serverless_cold_start_seconds",
 
 
 class Track:
+    """One request being counted: its labels, and the version once it is resolved."""
+
     def __init__(self, api: str, interface: str, method: str, name: str,
                  version: int | None) -> None:
         self.labels = (api, interface, method, name)
         self.version = version
 
-    def infer(self, servable: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        labels = (servable.name, str(servable.version))
-        current = CURRENT_REQUESTS.labels(*labels)
-        current.inc()
-        started = time.perf_counter()
-        try:
-            outputs: dict[str, np.ndarray] = servable.infer(inputs)
-        finally:
-            current.dec()
-        INFERENCE_TIME.labels(*labels).observe((time.perf_counter() - started) * 1e6)
-        return outputs
+
+@contextmanager
+def inference(name: str, version: int) -> Iterator[None]:
+    """Count one inference in flight and time it; the caller runs the servable inside."""
+    labels = (name, str(version))
+    current = CURRENT_REQUESTS.labels(*labels)
+    current.inc()
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        current.dec()
+    INFERENCE_TIME.labels(*labels).observe((time.perf_counter() - started) * 1e6)
 
 
 @contextmanager

@@ -45,7 +45,7 @@ def app() -> Any:
 
         from core.api import App
         from core.config import Settings
-        from core.manager import ModelManager
+        from core.serving.registry import ModelManager
         from demo import models
 
         root = Path(tempfile.mkdtemp(prefix="fuzz-router-"))

@@ -216,7 +216,7 @@ def _demo_settings(settings: Settings) -> Settings:
 
 def _invoke(settings: Settings, args: argparse.Namespace) -> int:
     from core.api import App, make_request
-    from core.manager import ModelManager
+    from core.serving.registry import ModelManager
 
     body = args.data.encode()
     if args.data.startswith("@"):

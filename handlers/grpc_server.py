@@ -1,9 +1,10 @@
 """Long-running gRPC: TF Serving PredictionService + ModelService, KServe GRPCInferenceService,
 grpc.health.v1 (overall "" and one service per model name) and server reflection.
 
-Servicers only translate: each RPC calls one function of core.codecs.{tfs,kserve}_grpc, and a
-ServingError becomes its gRPC status (NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE, ...). Oversized
-messages are refused by grpc itself (RESOURCE_EXHAUSTED) from --grpc_max_message_bytes.
+Servicers only translate: each RPC converts with core.codecs.{tfs,kserve}_grpc and calls the
+data plane (core.dataplane, shared with REST); a ServingError becomes its gRPC status
+(NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE, ...). Oversized messages are refused by grpc itself
+(RESOURCE_EXHAUSTED) from --grpc_max_message_bytes.
 Requests beyond --grpc_workers threads wait in the executor's queue; nothing is rejected.
 """
 
@@ -24,13 +25,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from core import logs, metrics
-from core.codecs import kserve_grpc, tfs_grpc
+from core import dataplane, logs, metrics
+from core.codecs import documents, kserve_grpc, tfs_grpc
 from core.config import Settings
+from core.dataplane import DataPlane
 from core.errors import ServingError
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from protos import pool
-from protos.gen.kserve import grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc
+from protos.gen.kserve import grpc_predict_v2_pb2 as pb
+from protos.gen.kserve import grpc_predict_v2_pb2_grpc
 from protos.gen.tensorflow_serving.apis import (
     model_management_pb2,
     model_service_pb2,
@@ -48,7 +51,7 @@ Method = Callable[[Any, Req, grpc.ServicerContext], Resp]
 SERVICES = (
     prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"].full_name,
     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
-    grpc_predict_v2_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
+    pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
 )
 _MAX_GRPC_LENGTH = 2**31 - 1
 
@@ -75,63 +78,78 @@ def _rpc(method: Method[Req, Resp]) -> Method[Req, Resp]:
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, manager: ModelManager) -> None:
-        self.manager = manager
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
 
     @_rpc
     def Predict(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        return tfs_grpc.predict(self.manager, request)
+        name, version = tfs_grpc.model_spec(request.model_spec)
+        return self.plane.infer(dataplane.TFS_PREDICT, name, version, tfs_grpc.PredictCall(request))
 
     @_rpc
     def GetModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        return tfs_grpc.metadata(self.manager, request)
+        name, version = tfs_grpc.require_spec(request)
+        doc = self.plane.tfs_metadata(dataplane.TFS_METADATA, name, version,
+                                      functools.partial(tfs_grpc.check_metadata_field, request))
+        return tfs_grpc.metadata_response(doc)
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
-    def __init__(self, manager: ModelManager) -> None:
-        self.manager = manager
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
 
     @_rpc
     def GetModelStatus(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        return tfs_grpc.status(self.manager, request)
+        name, version = tfs_grpc.require_spec(request)
+        doc = self.plane.model_status(dataplane.TFS_STATUS, name, version)
+        return tfs_grpc.status_response(doc)
 
     @_rpc
     def HandleReloadConfigRequest(  # noqa: N802
         self, request: Any, context: grpc.ServicerContext
     ) -> Any:
-        self.manager.reload()
+        self.plane.reload()
         response = model_management_pb2.ReloadConfigResponse()
         response.status.error_message = "OK"
         return response
 
 
 class InferenceService(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, manager: ModelManager) -> None:
-        self.manager = manager
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
 
     @_rpc
     def ServerLive(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        return kserve_grpc.server_live()
+        return pb.ServerLiveResponse(live=True)
 
     @_rpc
     def ServerReady(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        return kserve_grpc.server_ready(self.manager)
+        return pb.ServerReadyResponse(ready=self.plane.ready)
 
     @_rpc
     def ServerMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        return kserve_grpc.server_metadata()
+        return pb.ServerMetadataResponse(name=documents.SERVER_NAME,
+                                         version=documents.SERVER_VERSION)
 
     @_rpc
     def ModelReady(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        return kserve_grpc.model_ready(self.manager, request)
+        """Unknown model or version: NOT_FOUND (as OVMS); known but not AVAILABLE: false."""
+        version = kserve_grpc.parse_version(request.version)
+        problem = self.plane.model_ready(dataplane.KSERVE_READY, request.name, version,
+                                         unknown_raises=True)
+        return pb.ModelReadyResponse(ready=problem is None)
 
     @_rpc
     def ModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        return kserve_grpc.model_metadata(self.manager, request)
+        version = kserve_grpc.parse_version(request.version)
+        doc = self.plane.kserve_metadata(dataplane.KSERVE_METADATA, request.name, version)
+        return kserve_grpc.metadata_response(doc)
 
     @_rpc
     def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        return kserve_grpc.infer(self.manager, request)
+        version = kserve_grpc.parse_version(request.model_version)
+        return self.plane.infer(dataplane.KSERVE_INFER, request.model_name, version,
+                                kserve_grpc.InferCall(request))
 
 
 class ModelHealth(health.HealthServicer):
@@ -192,11 +210,12 @@ def build(manager: ModelManager, args: argparse.Namespace
                "grpc.so_reuseport": 0,  # a port in use is an error, not a silent share
                **dict(getattr(args, "grpc_channel_arguments", []))}  # the user's win
     server = grpc.server(executor, options=list(options.items()))
+    plane = DataPlane(manager, "gRPC")
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionService(manager), server)
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(manager), server)
+        PredictionService(plane), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(plane), server)
     grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceService(manager), server)
+        InferenceService(plane), server)
     checker = ModelHealth(manager)
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     for module in (health_pb2, reflection_pb2):  # reflection describes from our private pool

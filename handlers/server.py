@@ -17,7 +17,7 @@ from typing import Any
 
 from core.api import App
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from handlers import http_server
 
 

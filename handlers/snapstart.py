@@ -41,7 +41,8 @@ import orjson
 
 from core.api import App, default_app
 from core.errors import ServingError
-from core.model import ModelVersion, ov_core
+from core.runtime.ov_core import ov_core
+from core.serving.model import ModelVersion
 
 log = logging.getLogger("ov_serverless.snapstart")
 
@@ -98,7 +99,7 @@ def _warm(version: ModelVersion) -> int:
     """One inference on zeros (dynamic dimensions as 1): the first request then meets warm
     caches and allocated buffers. Stateful models are skipped (an inference opens a sequence);
     so are string inputs, which zeros cannot fill."""
-    from core.stateful import StatefulModelVersion
+    from core.serving.stateful import StatefulModelVersion
 
     if isinstance(version, StatefulModelVersion):
         return 0
@@ -180,7 +181,7 @@ def after_restore(app: Callable[[], App] = default_app,
 
 def reseed(app: App) -> None:
     """Copies resumed from one snapshot would draw the same 'random' numbers."""
-    from core.stateful import StatefulModelVersion
+    from core.serving.stateful import StatefulModelVersion
 
     random.seed(secrets.randbits(128))
     np.random.seed(secrets.randbits(32))
@@ -206,7 +207,7 @@ def renew_storage(app: App) -> None:
 
 def restart_clocks(app: App) -> None:
     """Deadlines measured on the monotonic clock before the snapshot mean nothing after it."""
-    from core.stateful import StatefulModelVersion
+    from core.serving.stateful import StatefulModelVersion
 
     now = time.monotonic()
     app.manager._last_check = now  # the next repository check: one reload_interval from now
@@ -219,7 +220,7 @@ def restart_clocks(app: App) -> None:
 
 def device_descriptions(app: App, refresh: bool) -> dict[str, str]:
     """{device: what the compiled-blob key holds of it}, re-read from this CPU when refresh."""
-    from core import compiled_cache
+    from core.runtime import compiled_cache
 
     core = ov_core()
     if refresh:
@@ -231,7 +232,7 @@ def device_descriptions(app: App, refresh: bool) -> dict[str, str]:
 
 def cpu_flags() -> set[str]:
     """The CPU's ISA flags the compiled-blob key holds."""
-    from core import compiled_cache
+    from core.runtime import compiled_cache
 
     return set(compiled_cache._cpu_flags().split())
 

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
-from core import tensors
 from core.errors import InvalidInputError, JsonInvalidError
-from core.signature import TensorSpec
+from core.tensors import dtypes
+from core.tensors.spec import TensorSpec
 
 simdjson: Any
 try:
@@ -85,7 +85,7 @@ def _literal_index(values: np.ndarray) -> Any:
 def _default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.kind in "SU":  # numpy strings: as the object arrays of bytes
-            value = tensors.as_bytes_array(value)
+            value = dtypes.as_bytes_array(value)
         if value.dtype == object:
             return [_text(item) for item in value.ravel()] if value.ndim <= 1 \
                 else [_default(row) for row in value]
@@ -113,7 +113,7 @@ def named_bytes_as_b64(outputs: Mapping[str, np.ndarray]) -> Mapping[str, np.nda
     is written as {"b64": ...}, valid UTF-8 or not (other string outputs are written as text,
     and as {"b64": ...} only where they are not UTF-8)."""
     named = [name for name, value in outputs.items()
-             if name.endswith("_bytes") and tensors.is_strings(value)]
+             if name.endswith("_bytes") and dtypes.is_strings(value)]
     if not named:
         return outputs
     return {name: _b64_objects(value) if name in named else value
@@ -121,7 +121,7 @@ def named_bytes_as_b64(outputs: Mapping[str, np.ndarray]) -> Mapping[str, np.nda
 
 
 def _b64_objects(value: np.ndarray) -> np.ndarray:
-    flat = tensors.as_bytes_array(value).reshape(-1)
+    flat = dtypes.as_bytes_array(value).reshape(-1)
     out = np.empty(value.shape, dtype=object)
     out.reshape(-1)[:] = [{"b64": base64.b64encode(item).decode("ascii")} for item in flat]
     return out
@@ -206,7 +206,7 @@ def numeric_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
         raise InvalidInputError(
             f"{where}. Not valid ndarray detected; input name: {spec.name}; expected numbers"
         )
-    if spec.dtype is tensors.BYTES:
+    if spec.dtype is dtypes.BYTES:
         raise InvalidInputError(f"Input {spec.name} takes strings or b64 values, not numbers")
     return cast_numbers(value, array, spec.dtype.numpy, spec.name)
 

@@ -12,20 +12,39 @@ image only (cold start).
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core import limits
 from core.errors import ImageDecodeError, InvalidInputError
+from core.tensors import dtypes, limits
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from core.signature import TensorSpec
+    from core.tensors.spec import Inputs, TensorSpec
 
 _GREY_MODES = frozenset({"1", "L", "LA", "La"})
+
+
+def decode_inputs(specs: Mapping[str, TensorSpec], inputs: Inputs, color_format: str = "BGR"
+                  ) -> Inputs:
+    """`inputs` with every batch of encoded images sent to a numeric input decoded to that
+    input's layout, size and precision; other inputs pass through untouched."""
+    decoded = dict(inputs)
+    for name, array in inputs.items():
+        spec = specs.get(name)
+        if spec is None or array.dtype != object or spec.dtype is dtypes.BYTES:
+            continue
+        if spec.image_layout is None:
+            raise InvalidInputError(
+                "Received binary image input but resource not configured to accept "
+                f"NHWC layout; input name: {name}"
+            )
+        decoded[name] = decode_batch(array, spec, color_format)
+    return decoded
 
 
 def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR") -> np.ndarray:

@@ -1,26 +1,26 @@
-"""KServe v2 gRPC (inference.GRPCInferenceService): ModelInfer and the metadata/readiness RPCs.
+"""KServe v2 gRPC (inference.GRPCInferenceService) converters: ModelInfer and metadata messages.
 
 Input buffers come in `raw_input_contents` (one per input, read with np.frombuffer without a
 copy; BYTES elements carry a 4-byte little-endian length prefix) or in the typed `contents`,
 never both (OVMS INVALID_MESSAGE_STRUCTURE). Outputs go back in `raw_output_contents`, which is
-what tritonclient reads. Metadata reuses core.rest's KServe document.
+what tritonclient reads. Metadata is core.codecs.documents' KServe document as its proto.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 from google.protobuf import json_format
 
-from core import limits, metrics, rest, tensors
-from core.codecs.kserve_rest import from_binary, to_binary
-from core.errors import InvalidInputError, ServingError, VersionNotFoundError
-from core.manager import ModelManager
-from core.model import ModelVersion
-from core.signature import Inputs
+from core.codecs.binary import from_binary, to_binary
+from core.codecs.documents import Named, Signed
+from core.errors import InvalidInputError
+from core.tensors import dtypes, limits
+from core.tensors.spec import Inputs
 from protos.gen.kserve import grpc_predict_v2_pb2 as pb
 from protos.pool import POOL
-
-API = "KServe"
 
 _CONTENTS = {
     "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
@@ -54,7 +54,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> Inputs:
         name = tensor.name
         if name in inputs:
             raise InvalidInputError(f"Duplicated input name: {name}")
-        dtype = tensors.from_kserve(tensor.datatype)
+        dtype = dtypes.from_kserve(tensor.datatype)
         shape = list(tensor.shape)
         count = limits.check_shape(shape, name, dtype.numpy.itemsize)
         if raw:
@@ -69,7 +69,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> Inputs:
     return inputs
 
 
-def _from_contents(contents: pb.InferTensorContents, dtype: tensors.DType, shape: list[int],
+def _from_contents(contents: pb.InferTensorContents, dtype: dtypes.DType, shape: list[int],
                    count: int, name: str) -> np.ndarray:
     field = _CONTENTS.get(dtype.kserve)
     if field is None:
@@ -83,7 +83,7 @@ def _from_contents(contents: pb.InferTensorContents, dtype: tensors.DType, shape
             f"Invalid number of values in tensor - Expected: {count}; Actual: {len(values)}; "
             f"input name: {name}"
         )
-    if dtype is tensors.BYTES:
+    if dtype is dtypes.BYTES:
         array = np.empty(count, dtype=object)
         array[:] = list(values)
         return array.reshape(shape)
@@ -94,65 +94,45 @@ def _from_contents(contents: pb.InferTensorContents, dtype: tensors.DType, shape
                                 ) from None
 
 
-def encode(servable: ModelVersion, outputs: dict[str, np.ndarray], wanted: list[str],
+def encode(servable: Named, outputs: Mapping[str, np.ndarray], wanted: list[str],
            request_id: str) -> pb.ModelInferResponse:
+    """The outputs named in `wanted` (every output when empty) as a ModelInferResponse."""
     response = pb.ModelInferResponse(model_name=servable.name,
                                      model_version=str(servable.version), id=request_id)
     for name in wanted or outputs:
         value = outputs[name]
-        response.outputs.add(name=name, datatype=tensors.from_numpy(value.dtype).kserve,
+        response.outputs.add(name=name, datatype=dtypes.from_numpy(value.dtype).kserve,
                              shape=value.shape)
         response.raw_output_contents.append(to_binary(value))
     return response
 
 
-# -- endpoints -----------------------------------------------------------------------------------
+def requested_outputs(request: pb.ModelInferRequest, served: Mapping[str, object]) -> list[str]:
+    """The names of the outputs the request asks for, each one an output the servable serves."""
+    wanted = [item.name for item in request.outputs]
+    for name in wanted:
+        if name not in served:
+            raise InvalidInputError(f"Requested output is not served by the model: {name}")
+    return wanted
 
 
-def infer(manager: ModelManager, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-    version = parse_version(request.model_version)
-    with metrics.track(API, "gRPC", "ModelInfer", request.model_name, version) as track:
-        servable = manager.get(request.model_name, version)
-        track.version = servable.version
-        wanted = [item.name for item in request.outputs]
-        for name in wanted:
-            if name not in servable.outputs:
-                raise InvalidInputError(f"Requested output is not served by the model: {name}")
-        outputs = track.infer(servable, decode_inputs(request))
-        return encode(servable, outputs, wanted, request.id)
+def metadata_response(doc: dict[str, Any]) -> pb.ModelMetadataResponse:
+    """core.codecs.documents.kserve_metadata as its proto."""
+    return json_format.ParseDict(doc, pb.ModelMetadataResponse(), descriptor_pool=POOL)
 
 
-def model_metadata(manager: ModelManager, request: pb.ModelMetadataRequest
-                   ) -> pb.ModelMetadataResponse:
-    version = parse_version(request.version)
-    with metrics.track(API, "gRPC", "ModelMetadata", request.name, version) as track:
-        servable = manager.get(request.name, version)
-        track.version = servable.version
-        doc = rest.kserve_metadata_doc(manager.model(request.name), servable)
-        return json_format.ParseDict(doc, pb.ModelMetadataResponse(), descriptor_pool=POOL)
+class InferCall:
+    """One gRPC ModelInfer for the data plane: decodes the tensors and answers with the outputs
+    the request names (all when none)."""
 
+    def __init__(self, request: pb.ModelInferRequest) -> None:
+        self.request = request
+        self.wanted: list[str] = []
 
-def model_ready(manager: ModelManager, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
-    """Unknown model or version: NOT_FOUND (as OVMS); known but not AVAILABLE: ready=false."""
-    version = parse_version(request.version)
-    with metrics.track(API, "gRPC", "ModelReady", request.name, None):
-        served = manager.model(request.name)
-        if version is not None and version not in served.versions:
-            raise VersionNotFoundError(request.name, version)
-        try:
-            manager.get(request.name, version)
-        except ServingError:
-            return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=True)
+    def decode(self, servable: Signed) -> Inputs:
+        self.wanted = requested_outputs(self.request, servable.outputs)
+        return decode_inputs(self.request)
 
-
-def server_metadata() -> pb.ServerMetadataResponse:
-    return pb.ServerMetadataResponse(name=rest.SERVER_NAME, version=rest.SERVER_VERSION)
-
-
-def server_ready(manager: ModelManager) -> pb.ServerReadyResponse:
-    return pb.ServerReadyResponse(ready=manager.ready)
-
-
-def server_live() -> pb.ServerLiveResponse:
-    return pb.ServerLiveResponse(live=True)
+    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]
+               ) -> pb.ModelInferResponse:
+        return encode(servable, outputs, self.wanted, self.request.id)

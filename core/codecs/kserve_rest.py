@@ -8,14 +8,13 @@ without a copy.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from core import limits, tensors
+from core.codecs.binary import from_binary, to_binary
 from core.codecs.common import (
     brackets,
     cast_numbers,
@@ -29,8 +28,10 @@ from core.codecs.common import (
     plain,
     with_document,
 )
+from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError
-from core.signature import Inputs, TensorSpec, check_precision
+from core.tensors import dtypes, limits
+from core.tensors.spec import Inputs, TensorSpec, check_precision
 
 BAD_ID = "Could not parse input content. Not valid ndarray detected"  # OVMS's text for it
 BAD_PARAMETERS = "Could not parse request parameters"
@@ -121,8 +122,8 @@ def _fast_tensor(item: Any) -> tuple[dict[str, Any], int] | None:
             expected += count
     if "data" in fields:
         datatype = entry.get("datatype")
-        dtype = tensors.BY_KSERVE.get(datatype) if isinstance(datatype, str) else None
-        if dtype is None or dtype is tensors.BYTES:
+        dtype = dtypes.BY_KSERVE.get(datatype) if isinstance(datatype, str) else None
+        if dtype is None or dtype is dtypes.BYTES:
             return None
         found = fast_numeric(fields["data"], dtype.numpy)
         if found is None:
@@ -194,16 +195,16 @@ def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, Te
         raise InvalidInputError(
             f"Invalid JSON structure. inputs[{index}] needs name, shape and datatype"
         )
-    dtype = tensors.from_kserve(datatype)
+    dtype = dtypes.from_kserve(datatype)
     count = limits.check_shape(shape, name, dtype.numpy.itemsize)
     spec = specs.get(name)
-    if spec is not None and not (dtype is tensors.BYTES and spec.image_layout):
+    if spec is not None and not (dtype is dtypes.BYTES and spec.image_layout):
         check_precision(spec, dtype)
     size = _parameters(item).get("binary_data_size")
     if size is None and "data" not in item and reader.remaining:
         # OVMS: binary_data_size may be left out for a single input (it takes the rest of the
         # body) or for a fixed-size datatype (its size follows from the shape).
-        if dtype is not tensors.BYTES:
+        if dtype is not dtypes.BYTES:
             size = min(count * dtype.numpy.itemsize, reader.remaining)
         elif single:
             size = reader.remaining
@@ -221,44 +222,9 @@ def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, Te
     return name, _from_json(item["data"], dtype, shape, count, name)
 
 
-def from_binary(chunk: memoryview, dtype: tensors.DType, shape: list[int], count: int,
-                 name: str) -> np.ndarray:
-    if dtype is tensors.BYTES:
-        return _split_bytes(chunk, count, name).reshape(shape)
-    expected = count * dtype.numpy.itemsize
-    if len(chunk) != expected:
-        raise InvalidInputError(
-            f"Invalid content size of tensor proto - Expected: {expected} bytes; "
-            f"Actual: {len(chunk)} bytes; input name: {name}"
-        )
-    return np.frombuffer(chunk, dtype=dtype.numpy).reshape(shape)
-
-
-def _split_bytes(chunk: memoryview, count: int, name: str) -> np.ndarray:
-    if count * 4 > len(chunk):  # every element has a 4-byte length: refuse before allocating
-        raise InvalidInputError(
-            f"Invalid BYTES framing for input {name}: {count} elements need at least "
-            f"{count * 4} bytes; got {len(chunk)}"
-        )
-    items = np.empty(count, dtype=object)
-    offset = 0
-    for i in range(count):
-        if offset + 4 > len(chunk):
-            raise InvalidInputError(f"Invalid BYTES framing for input {name}")
-        (length,) = struct.unpack_from("<I", chunk, offset)
-        offset += 4
-        if offset + length > len(chunk):
-            raise InvalidInputError(f"Invalid BYTES framing for input {name}")
-        items[i] = bytes(chunk[offset : offset + length])
-        offset += length
-    if offset != len(chunk):
-        raise InvalidInputError(f"Invalid BYTES framing for input {name}: trailing bytes")
-    return items
-
-
-def _from_json(data: Any, dtype: tensors.DType, shape: list[int], count: int, name: str
+def _from_json(data: Any, dtype: dtypes.DType, shape: list[int], count: int, name: str
                ) -> np.ndarray:
-    if dtype is tensors.BYTES:
+    if dtype is dtypes.BYTES:
         flat = _flatten(data)
         if not all(isinstance(x, str) for x in flat):
             raise InvalidInputError(f"BYTES input {name} takes strings")
@@ -301,7 +267,7 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
     chunks: list[bytes] = []
     for name, binary in wanted.items():
         value = outputs[name]
-        entry: dict[str, Any] = {"name": name, "datatype": tensors.from_numpy(value.dtype).kserve,
+        entry: dict[str, Any] = {"name": name, "datatype": dtypes.from_numpy(value.dtype).kserve,
                                  "shape": list(value.shape)}
         if binary:
             data = to_binary(value)
@@ -323,11 +289,19 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
     }
 
 
-def to_binary(value: np.ndarray) -> bytes:
-    if tensors.is_strings(value):
-        parts = []
-        for item in value.reshape(-1):
-            raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
-            parts.append(struct.pack("<I", len(raw)) + raw)
-        return b"".join(parts)
-    return np.ascontiguousarray(value).tobytes()
+class InferCall:
+    """One REST infer for the data plane: decodes the body (JSON, optionally followed by binary
+    tensors) against the servable's inputs and answers as the request asked."""
+
+    def __init__(self, body: bytes, header_length: str | None) -> None:
+        self.body = body
+        self.header_length = header_length
+        self.request = InferRequest({})
+
+    def decode(self, servable: Signed) -> Inputs:
+        self.request = decode(self.body, self.header_length, servable.inputs)
+        return self.request.inputs
+
+    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]
+               ) -> tuple[bytes, dict[str, str]]:
+        return encode(servable.name, servable.version, outputs, self.request)

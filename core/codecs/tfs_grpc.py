@@ -1,25 +1,27 @@
-"""TF Serving gRPC: TensorProto <-> numpy, and the Predict / GetModelMetadata / GetModelStatus
-bodies, as OVMS answers them.
+"""TF Serving gRPC converters: TensorProto <-> numpy, and the Predict / GetModelMetadata /
+GetModelStatus messages, as OVMS answers them.
 
 Inputs arrive in `tensor_content` (read with np.frombuffer, no copy) or in the typed `*_val`
 fields; jpeg/png images arrive as DT_STRING `string_val`, one image per element (decoded by
-core.signature.validate). The value count must match the shape exactly, as in OVMS. Outputs
-go back in `tensor_content` (DT_STRING outputs in `string_val`). Metadata and status reuse the
-REST documents of core.rest, parsed into the protos, so the two fronts cannot drift.
+core.codecs.images, called by the data plane). The value count must match the shape exactly,
+as in OVMS. Outputs go back in `tensor_content` (DT_STRING outputs in `string_val`). Metadata
+and status are the REST documents of core.codecs.documents parsed into the protos, so the two
+fronts cannot drift.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 from google.protobuf import json_format
 
-from core import limits, metrics, rest, tensors
+from core.codecs.binary import from_binary
+from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError, VersionNotFoundError
-from core.manager import ModelManager
-from core.model import ModelVersion
-from core.signature import Inputs
+from core.tensors import dtypes, limits
+from core.tensors.spec import Inputs
 from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 from protos.gen.tensorflow_serving.apis import (
     get_model_metadata_pb2,
@@ -29,8 +31,7 @@ from protos.gen.tensorflow_serving.apis import (
 )
 from protos.pool import POOL
 
-API = "TensorFlowServing"
-SEQUENCE_ID = "sequence_id"  # core.stateful.SEQUENCE_ID (not imported: keeps openvino lazy)
+SEQUENCE_ID = "sequence_id"  # core.serving.stateful.SEQUENCE_ID (not imported: keeps openvino lazy)
 
 # Which typed field carries the values of each DataType (as TensorFlow's tensor_util fills them).
 _TYPED_FIELD = {
@@ -46,7 +47,7 @@ _TYPED_FIELD = {
 
 def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
     """One request TensorProto -> an array (read-only view of tensor_content when present)."""
-    dtype = tensors.BY_TF_ENUM.get(proto.dtype)
+    dtype = dtypes.BY_TF_ENUM.get(proto.dtype)
     if dtype is None:
         raise InvalidInputError(
             f"Invalid input precision - Unsupported: {_dtype_name(proto.dtype)}; "
@@ -56,7 +57,7 @@ def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
         raise InvalidInputError(f"Tensor shape must be known; input name: {name}")
     shape = [dim.size for dim in proto.tensor_shape.dim]
     count = limits.check_shape(shape, name, dtype.numpy.itemsize)
-    if dtype is tensors.BYTES:
+    if dtype is dtypes.BYTES:
         values = proto.string_val
         if not values and count:
             raise InvalidInputError(f"String val is empty; input name: {name}")
@@ -64,15 +65,8 @@ def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
         array = np.empty(count, dtype=object)
         array[:] = list(values)
         return array.reshape(shape)
-    content = proto.tensor_content
-    if content:
-        expected = count * dtype.numpy.itemsize
-        if len(content) != expected:
-            raise InvalidInputError(
-                f"Invalid content size of tensor proto - Expected: {expected} bytes; "
-                f"Actual: {len(content)} bytes; input name: {name}"
-            )
-        return np.frombuffer(content, dtype=dtype.numpy).reshape(shape)
+    if proto.tensor_content:
+        return from_binary(memoryview(proto.tensor_content), dtype, shape, count, name)
     values = getattr(proto, _TYPED_FIELD[dtype.tf])
     _check_count(count, len(values), name)
     try:
@@ -102,11 +96,11 @@ def _dtype_name(value: int) -> str:
 
 def fill_proto(array: np.ndarray, proto: tensor_pb2.TensorProto) -> None:
     """An output array -> `proto` (tensor_content; string_val for bytes)."""
-    dtype = tensors.from_numpy(array.dtype)
+    dtype = dtypes.from_numpy(array.dtype)
     proto.dtype = dtype.tf_enum  # type: ignore[assignment]
     for size in array.shape:
         proto.tensor_shape.dim.add(size=size)
-    if dtype is tensors.BYTES:
+    if dtype is dtypes.BYTES:
         proto.string_val.extend(
             item if isinstance(item, bytes) else str(item).encode() for item in array.flat
         )
@@ -128,14 +122,15 @@ def model_spec(spec: model_pb2.ModelSpec) -> tuple[str, int | None]:
     return spec.name, number or None
 
 
-def _require_spec(request: get_model_metadata_pb2.GetModelMetadataRequest
+def require_spec(request: get_model_metadata_pb2.GetModelMetadataRequest
                   | get_model_status_pb2.GetModelStatusRequest) -> tuple[str, int | None]:
     if not request.HasField("model_spec"):
         raise InvalidInputError("model_spec missing")
     return model_spec(request.model_spec)
 
 
-def _check_filter(wanted: Iterable[str], served: Mapping[str, object]) -> list[str]:
+def check_filter(wanted: Iterable[str], served: Mapping[str, object]) -> list[str]:
+    """The output_filter's names, each one an output the servable serves."""
     names = list(wanted)
     for name in names:
         if name not in served:
@@ -143,27 +138,19 @@ def _check_filter(wanted: Iterable[str], served: Mapping[str, object]) -> list[s
     return names
 
 
-# -- endpoints -----------------------------------------------------------------------------------
-
-
-def predict(manager: ModelManager, request: predict_pb2.PredictRequest
-            ) -> predict_pb2.PredictResponse:
-    name, version = model_spec(request.model_spec)
-    with metrics.track(API, "gRPC", "Predict", name, version) as track:
-        servable = manager.get(name, version)
-        track.version = servable.version
-        wanted = _check_filter(request.output_filter, servable.outputs)
-        outputs = track.infer(servable, decode_inputs(request))
-        response = predict_pb2.PredictResponse()
-        response.model_spec.name = servable.name
-        response.model_spec.version.value = servable.version
-        for out_name in wanted or outputs:
-            value = outputs[out_name]
-            if out_name == SEQUENCE_ID and value.dtype == np.uint64:
-                _fill_sequence_id(value, response.outputs[out_name])
-            else:
-                fill_proto(value, response.outputs[out_name])
-        return response
+def predict_response(servable: Named, outputs: Mapping[str, np.ndarray], wanted: list[str]
+                     ) -> predict_pb2.PredictResponse:
+    """The outputs named in `wanted` (every output when empty) as a PredictResponse."""
+    response = predict_pb2.PredictResponse()
+    response.model_spec.name = servable.name
+    response.model_spec.version.value = servable.version
+    for out_name in wanted or outputs:
+        value = outputs[out_name]
+        if out_name == SEQUENCE_ID and value.dtype == np.uint64:
+            _fill_sequence_id(value, response.outputs[out_name])
+        else:
+            fill_proto(value, response.outputs[out_name])
+    return response
 
 
 def _fill_sequence_id(value: np.ndarray, proto: tensor_pb2.TensorProto) -> None:
@@ -175,27 +162,35 @@ def _fill_sequence_id(value: np.ndarray, proto: tensor_pb2.TensorProto) -> None:
     proto.uint64_val.extend(int(v) for v in value.flat)
 
 
-def metadata(manager: ModelManager, request: get_model_metadata_pb2.GetModelMetadataRequest
-             ) -> get_model_metadata_pb2.GetModelMetadataResponse:
-    name, version = _require_spec(request)
-    with metrics.track(API, "gRPC", "GetModelMetadata", name, version) as track:
-        if list(request.metadata_field) != ["signature_def"]:
-            raise InvalidInputError("Invalid signature name")
-        servable = manager.get(name, version)
-        track.version = servable.version
-        return metadata_response(servable)
+def check_metadata_field(request: get_model_metadata_pb2.GetModelMetadataRequest) -> None:
+    if list(request.metadata_field) != ["signature_def"]:
+        raise InvalidInputError("Invalid signature name")
 
 
-def metadata_response(servable: ModelVersion) -> get_model_metadata_pb2.GetModelMetadataResponse:
-    return json_format.ParseDict(rest.tfs_metadata_doc(servable),
-                                 get_model_metadata_pb2.GetModelMetadataResponse(),
+def metadata_response(doc: dict[str, Any]) -> get_model_metadata_pb2.GetModelMetadataResponse:
+    """core.codecs.documents.tfs_metadata as its proto."""
+    return json_format.ParseDict(doc, get_model_metadata_pb2.GetModelMetadataResponse(),
                                  descriptor_pool=POOL)
 
 
-def status(manager: ModelManager, request: get_model_status_pb2.GetModelStatusRequest
-           ) -> get_model_status_pb2.GetModelStatusResponse:
-    name, version = _require_spec(request)
-    with metrics.track(API, "gRPC", "GetModelStatus", name, None):
-        doc = rest.status_doc(manager, name, version)
-        return json_format.ParseDict(doc, get_model_status_pb2.GetModelStatusResponse(),
-                                     descriptor_pool=POOL)
+def status_response(doc: dict[str, Any]) -> get_model_status_pb2.GetModelStatusResponse:
+    """core.codecs.documents.model_status as its proto."""
+    return json_format.ParseDict(doc, get_model_status_pb2.GetModelStatusResponse(),
+                                 descriptor_pool=POOL)
+
+
+class PredictCall:
+    """One gRPC Predict for the data plane: decodes the TensorProtos and answers with the
+    outputs the output_filter names (all when empty)."""
+
+    def __init__(self, request: predict_pb2.PredictRequest) -> None:
+        self.request = request
+        self.wanted: list[str] = []
+
+    def decode(self, servable: Signed) -> Inputs:
+        self.wanted = check_filter(self.request.output_filter, servable.outputs)
+        return decode_inputs(self.request)
+
+    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]
+               ) -> predict_pb2.PredictResponse:
+        return predict_response(servable, outputs, self.wanted)

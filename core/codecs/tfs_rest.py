@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from core import tensors
 from core.codecs.common import (
     brackets,
     bytes_array,
@@ -27,8 +26,10 @@ from core.codecs.common import (
     numeric_array,
     with_document,
 )
+from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError
-from core.signature import Inputs, TensorSpec
+from core.tensors import dtypes
+from core.tensors.spec import Inputs, TensorSpec
 
 ROW = "row"
 COLUMN = "column"
@@ -80,7 +81,7 @@ def _fast(doc: Any, body: bytes, specs: Mapping[str, TensorSpec]
     expected = 0
     for name, column in columns.items():
         spec = specs.get(name)
-        if spec is None or spec.dtype is tensors.BYTES:
+        if spec is None or spec.dtype is dtypes.BYTES:
             return None
         found = fast_numeric(column, spec.dtype.numpy)
         if found is None:
@@ -106,7 +107,7 @@ def _fast_named_rows(instances: Any, body: bytes, specs: Mapping[str, TensorSpec
     expected = 1  # the instances list
     for name in first:
         spec = specs.get(name)
-        if spec is None or spec.dtype is tensors.BYTES or spec.dtype.numpy.kind != "f":
+        if spec is None or spec.dtype is dtypes.BYTES or spec.dtype.numpy.kind != "f":
             return None
         parts: list[np.ndarray] = []
         for row in rows:
@@ -180,3 +181,19 @@ def encode(outputs: Mapping[str, np.ndarray], form: str) -> bytes:
     rows = [{name: json_tensor(value[i]) for name, value in outputs.items()}
             for i in range(batch.pop())]
     return dumps({"predictions": rows})
+
+
+class PredictCall:
+    """One REST predict for the data plane: decodes the body against the servable's inputs and
+    answers in the request's form (row or column)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.form = ROW
+
+    def decode(self, servable: Signed) -> Inputs:
+        inputs, self.form = decode(self.body, servable.inputs)
+        return inputs
+
+    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]) -> bytes:
+        return encode(outputs, self.form)

@@ -7,7 +7,6 @@ from typing import Any
 
 import orjson
 
-from core import devices
 from core.config.fields import (
     boolean,
     choice,
@@ -21,7 +20,8 @@ from core.config.notices import notice_once
 from core.config.objects import BatchingConfig, ModelConfig, VersionPolicy
 from core.config.plugin_config import modern_plugin_config
 from core.errors import ConfigError
-from core.shapes import parse_batch, parse_shape
+from core.runtime import devices
+from core.tensors.shapes import parse_batch, parse_shape
 
 MODEL_KEYS = {"name", "base_path", "batch_size", "shape", "layout", "model_version_policy",
               "nireq", "target_device", "plugin_config", "allow_cache", "color_format",
@@ -134,7 +134,8 @@ def _precision(value: Any, path: str) -> tuple[str, str] | None:
 
 
 def _auto_notices(model: ModelConfig) -> None:
-    """OVMS's warnings for "auto": it still works (core.auto_shape), at a compile per change."""
+    """OVMS's warnings for "auto": it still works (core.runtime.auto_shape), at a compile
+    per change."""
     if _auto_batch(model):
         notice_once(model.name, "batch_size", "Batch size auto is deprecated. Use model "
                      "dynamic shapes instead (batch_size -1 or a range)")

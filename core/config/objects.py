@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.config.pipelines import LibraryConfig, PipelineConfig
-from core.shapes import Dim, ShapeSpec
+from core.tensors.shapes import Dim, ShapeSpec
 
 METRICS_PATH = "/metrics"
 
@@ -30,7 +30,7 @@ class VersionPolicy:
 
 @dataclass(frozen=True)
 class BatchingConfig:
-    """Server-side dynamic batching of one model (core.batching)."""
+    """Server-side dynamic batching of one model (core.runtime.batching)."""
 
     max_batch_size: int = 8
     window_us: int = 2000

@@ -16,7 +16,7 @@ from core.config.objects import MetricsConfig, ServerConfig
 from core.config.table import MODEL_OPTION, SETTINGS, SETTINGS_BY_NAME, TABLE
 from core.cors import CorsConfig
 from core.errors import ConfigError
-from core.limits import Limits
+from core.tensors.limits import Limits
 
 LAMBDA_PAYLOAD_LIMIT = 6 * 1024 * 1024 - 64 * 1024  # leave room for the event envelope
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024

@@ -21,7 +21,7 @@ from core.config.options import (
     TEXT,
     Kind,
 )
-from core.limits import Limits
+from core.tensors.limits import Limits
 
 # The subcommands offering a flag
 MODEL = ("serve", "invoke", "export-blobs")  # which models, and how to load them

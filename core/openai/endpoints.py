@@ -21,7 +21,7 @@ import orjson
 
 from core import metrics
 from core.errors import InvalidInputError, ModelNotFoundError, NotFoundError, ServingError
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 
 API, INTERFACE, METHOD = "V3", "REST", "Unary"
 _LABELS = ("api", "interface", "method", "name")
@@ -302,7 +302,7 @@ def model_info(manager: ModelManager, name: str) -> bytes:
 
 
 def _listed(manager: ModelManager, name: str) -> bool:
-    from core.model import State
+    from core.serving.servable import State
 
     served = manager.models.get(name)
     return served is not None and any(

@@ -21,8 +21,9 @@ import openvino as ov
 from openvino import opset13 as ops
 
 from core.errors import InvalidInputError, ServingError
-from core.model import ModelVersion, ov_core
 from core.openai import options as task_options
+from core.runtime.ov_core import ov_core
+from core.serving.model import ModelVersion
 
 MODEL_FILE = "openvino_model.xml"
 TOKENIZER_FILE = "openvino_tokenizer.xml"
@@ -98,7 +99,7 @@ class TextModelVersion(ModelVersion):
 
     def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
         """The blob holds the pooling and normalisation too: the options are in its key."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         if not self.config.allow_cache:
             return ""

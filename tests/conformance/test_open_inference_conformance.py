@@ -38,12 +38,12 @@ def test_serve_conforms_to_the_open_inference_rest_spec(
 
 
 PLANTED = '''
-from core import rest
+from core.codecs import documents
 
 def _planted(*args, **kwargs):
     raise RuntimeError("planted fault")
 
-rest.server_metadata = _planted
+documents.server_metadata = _planted
 '''
 
 

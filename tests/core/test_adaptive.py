@@ -1,4 +1,4 @@
-"""Adaptive execution (core.adaptive): on a concurrent host an untuned version serves a lone
+"""Adaptive execution (core.runtime.adaptive): on a concurrent host an untuned version serves a lone
 request on its LATENCY-compiled variant and requests among others on its THROUGHPUT variant
 (compiled in the background after the first answer); an explicit hint, a one-request host, a
 stateful or dynamically batched model keep one compile; reloads and retirements keep both
@@ -15,10 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core import compiled_cache, metrics
+from core import metrics
 from core.config import Settings, parse_model_config
-from core.model import ModelVersion, State
-from core.stateful import StatefulModelVersion
+from core.runtime import compiled_cache
+from core.serving.model import ModelVersion
+from core.serving.servable import State
+from core.serving.stateful import StatefulModelVersion
 from demo.models import save, scaler
 from tests.core.helpers import classifier, image_input, save_ir
 from tests.reload.helpers import (

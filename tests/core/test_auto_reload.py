@@ -17,8 +17,8 @@ import pytest
 
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
-from core.model import State
+from core.serving.registry import ModelManager
+from core.serving.servable import State
 from demo import models
 from tests.core.helpers import classifier, save_ir, write_config
 

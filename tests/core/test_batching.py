@@ -16,7 +16,7 @@ from core import metrics
 from core.api import App, make_request
 from core.config import BatchingConfig, Settings, parse_config
 from core.errors import ConfigError
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo.models import scaler
 from tests.core.helpers import save_ir, write_config
 from tests.reliability.helpers import metric_value

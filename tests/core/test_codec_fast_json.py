@@ -13,18 +13,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import tensors
 from core.codecs import common, kserve_rest, tfs_rest
 from core.errors import ServingError
-from core.shapes import ANY
-from core.signature import TensorSpec
+from core.tensors import dtypes
+from core.tensors.shapes import ANY
+from core.tensors.spec import TensorSpec
 
 pytest.importorskip("simdjson")
 
 PROPERTY = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.function_scoped_fixture])
-SPECS = {name: {"x": TensorSpec("x", tensors.BY_KSERVE[name], (ANY,) * 2)}
+SPECS = {name: {"x": TensorSpec("x", dtypes.BY_KSERVE[name], (ANY,) * 2)}
          for name in ("FP32", "FP16", "FP64", "INT32", "INT64", "UINT8", "UINT64")}
 numbers = (st.integers(-(2**65), 2**65) | st.floats(allow_nan=False, allow_infinity=False)
            | st.floats(-1e3, 1e3, width=32) | st.sampled_from([0, -0.0, 2**53 + 1, 1e300]))
@@ -104,7 +104,7 @@ def test_kserve_fast_equals_exact(both: Any, value: Any, dtype: str, flat: bool)
 
 def test_big_body_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     x = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)
-    spec = {"input": TensorSpec("input", tensors.BY_KSERVE["FP32"], (ANY,) * 4)}
+    spec = {"input": TensorSpec("input", dtypes.BY_KSERVE["FP32"], (ANY,) * 4)}
     body = orjson.dumps({"instances": x.tolist()})
     assert len(body) > common.FAST_MIN_BYTES
     monkeypatch.setattr(common, "loads", None)  # the orjson path would fail now
@@ -115,7 +115,7 @@ def test_big_body_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_array_hidden_where_a_number_belongs_is_refused_exactly() -> None:
     """as_buffer would flatten [[1, [2]]]; the '[' count sends it to the exact path."""
-    spec = {"x": TensorSpec("x", tensors.BY_KSERVE["FP32"], (ANY, ANY))}
+    spec = {"x": TensorSpec("x", dtypes.BY_KSERVE["FP32"], (ANY, ANY))}
     row = [0.5] * 2000
     body = orjson.dumps({"instances": [row, row[:-1] + [[0.5]]]})
     assert len(body) > common.FAST_MIN_BYTES
@@ -123,7 +123,7 @@ def test_array_hidden_where_a_number_belongs_is_refused_exactly() -> None:
         tfs_rest.decode(body, spec)
 
 
-TWO = {name: {key: TensorSpec(key, tensors.BY_KSERVE[name], (ANY,) * 3) for key in ("x", "y")}
+TWO = {name: {key: TensorSpec(key, dtypes.BY_KSERVE[name], (ANY,) * 3) for key in ("x", "y")}
        for name in SPECS}
 named_rows = st.lists(st.fixed_dictionaries({"x": values, "y": regular}), min_size=1, max_size=3)
 
@@ -145,7 +145,7 @@ def test_tfs_named_rows_fast_equals_exact(both: Any, instances: list[dict[str, A
 
 def test_big_named_rows_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     x = np.random.default_rng(1).random((2, 3, 32, 32), dtype=np.float32)
-    spec = {"input": TensorSpec("input", tensors.BY_KSERVE["FP32"], (ANY,) * 4)}
+    spec = {"input": TensorSpec("input", dtypes.BY_KSERVE["FP32"], (ANY,) * 4)}
     body = orjson.dumps({"instances": [{"input": row.tolist()} for row in x]})
     assert len(body) > common.FAST_MIN_BYTES
     monkeypatch.setattr(tfs_rest, "loads", None)  # the orjson path would fail now

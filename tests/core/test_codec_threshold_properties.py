@@ -23,11 +23,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import tensors
 from core.api import App, Response, make_request
 from core.codecs import common
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
+from core.tensors import dtypes
 from demo import models
 from tests.core.helpers import save_ir, write_config
 
@@ -73,7 +73,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> App:
     save_ir(_two_inputs(), root / "two_inputs" / "1")
     for name, datatype in MODELS.items():
         if name != "scaler":
-            save_ir(_identity(tensors.BY_KSERVE[datatype].numpy, name), root / name / "1")
+            save_ir(_identity(dtypes.BY_KSERVE[datatype].numpy, name), root / name / "1")
     write_config(root / "config.json", [{"name": n, "base_path": n}
                                         for n in [*MODELS, "two_inputs"]])
     settings = Settings(config_path=str(root / "config.json"), cache_dir=str(root / "cache"))
@@ -85,7 +85,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> App:
 texts = st.text(st.characters(codec="utf-8"), max_size=6)  # NUL, controls, astral, all
 keys = texts | st.sampled_from(["inputs", "instances", "data", "name", "b64", "x", "a"])
 limits = [v for dt in ("INT8", "INT32", "INT64", "UINT8", "UINT64")
-          for info in [np.iinfo(tensors.BY_KSERVE[dt].numpy)]
+          for info in [np.iinfo(dtypes.BY_KSERVE[dt].numpy)]
           for v in (int(info.min), int(info.max), int(info.min) - 1, int(info.max) + 1)]
 numbers = (st.integers(-(2**70), 2**70) | st.sampled_from(limits)
            | st.floats(allow_nan=False, allow_infinity=False)

@@ -1,4 +1,4 @@
-"""Compiled blobs (core.compiled_cache): written by a concurrent host, imported by the next
+"""Compiled blobs (core.runtime.compiled_cache): written by a concurrent host, imported by the next
 instance instead of compiling, found in OVS_COMPILED_CACHE or next to the model, keyed so a
 changed model or setting misses, and a broken blob falls back to a compile. Host profile:
 THROUGHPUT streams on concurrent hosts, LATENCY otherwise, plugin_config always wins."""
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import compiled_cache
 from core.config import Settings, parse_model_config
-from core.model import ModelVersion
+from core.runtime import compiled_cache
+from core.serving.model import ModelVersion
 from demo.models import save, scaler
 
 
@@ -176,7 +176,7 @@ def test_settings_concurrent_and_blob_folders_from_env() -> None:
     ({"OVS_EXPORT_BLOBS": "0", "OVS_CONCURRENT": "1"}, False),
 ])
 def test_which_hosts_write_blobs(tmp_path: Path, env: dict[str, str], export: bool) -> None:
-    from core.manager import ModelManager
+    from core.serving.registry import ModelManager
 
     save(scaler(3.0), tmp_path / "m" / "1")
     settings = Settings.from_env({**env, "OVS_MODEL_NAME": "m",

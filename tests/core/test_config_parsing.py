@@ -33,7 +33,7 @@ def test_a_full_entry() -> None:
     assert model.nireq == 2
     assert model.layout == "NHWC:NCHW"
     assert model.shape == ((1, 1), (3, 3), (224, 224), (224, 224))
-    assert model.batch_size == "auto"  # reloads to fit a request (core.auto_shape)
+    assert model.batch_size == "auto"  # reloads to fit a request (core.runtime.auto_shape)
     assert dict(model.plugin_config) == {"NUM_STREAMS": "1", "PERF_COUNT": False}
 
 

@@ -92,4 +92,4 @@ def test_serverless_hosts_take_it_from_the_environment(
     monkeypatch.setattr(core.api, "_default_app", None)
     reply = default_app().handle(make_request("POST", PREDICT, BODY.encode()))
     assert (reply.status, json.loads(reply.body)) == (200, {"predictions": [[2, 3, 4, -3]]})
-    assert sys.modules["core.model"]._extensions == {str(library)}
+    assert sys.modules["core.runtime.ov_core"]._extensions == {str(library)}

@@ -11,23 +11,23 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core import tensors
 from core.codecs import common, kserve_rest, tfs_rest
 from core.errors import InvalidInputError
-from core.shapes import ANY
-from core.signature import TensorSpec
+from core.tensors import dtypes
+from core.tensors.shapes import ANY
+from core.tensors.spec import TensorSpec
 
 INTEGERS = ["INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"]
 ROWS_BIG = 600  # rows of a few numbers: a body well over the fast path's threshold
 
 
 def _limits(datatype: str) -> tuple[int, int]:
-    info = np.iinfo(tensors.BY_KSERVE[datatype].numpy)
+    info = np.iinfo(dtypes.BY_KSERVE[datatype].numpy)
     return int(info.min), int(info.max)
 
 
 def _decode(route: str, datatype: str, rows: list[list[Any]]) -> np.ndarray:
-    spec = {"x": TensorSpec("x", tensors.BY_KSERVE[datatype], (ANY, ANY))}
+    spec = {"x": TensorSpec("x", dtypes.BY_KSERVE[datatype], (ANY, ANY))}
     if route == "kserve":
         doc = {"inputs": [{"name": "x", "shape": [len(rows), len(rows[0])],
                            "datatype": datatype, "data": rows}]}
@@ -52,7 +52,7 @@ def test_each_type_takes_its_limits_exactly(route: str, big: bool, datatype: str
     low, high = _limits(datatype)
     rows = _body_rows([low, high, 1], big)
     got = _decode(route, datatype, rows)
-    assert got.dtype == tensors.BY_KSERVE[datatype].numpy
+    assert got.dtype == dtypes.BY_KSERVE[datatype].numpy
     assert got[-1].tolist() == [low, high, 1]
 
 

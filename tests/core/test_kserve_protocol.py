@@ -18,7 +18,7 @@ import pytest
 from core.api import App, Response, make_request
 from core.codecs import common
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo import models
 from tests.core.helpers import save_ir, write_config
 

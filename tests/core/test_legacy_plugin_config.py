@@ -21,8 +21,8 @@ import requests
 
 from core.config import Settings, notices, parse_config
 from core.errors import ConfigError
-from core.manager import ModelManager
-from core.model import State
+from core.serving.registry import ModelManager
+from core.serving.servable import State
 from demo import models
 from tests.core.helpers import console_script, free_port, save_ir, write_config
 

@@ -20,7 +20,7 @@ from tests.core.helpers import classifier, save_ir, write_config
 
 
 def _app(config: Path, tmp_path: Path) -> App:
-    from core.manager import ModelManager
+    from core.serving.registry import ModelManager
 
     settings = Settings(config_path=str(config), cache_dir=str(tmp_path / "cache"))
     return App(ModelManager.start(settings), settings)

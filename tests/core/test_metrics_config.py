@@ -15,7 +15,7 @@ import pytest
 from core.api import App, make_request
 from core.config import MetricsConfig, Settings, metrics_from_flags, parse_config
 from core.errors import ConfigError
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo.models import write_demo_repository
 from handlers import cli
 

@@ -16,7 +16,7 @@ import pytest
 
 from core.api import App, Response, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo import models
 from handlers import cli
 from tests.core.helpers import save_ir, write_config

@@ -13,7 +13,7 @@ import requests
 
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from tests.core.helpers import RunningServer, Zoo, kserve_binary_request
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from tests.core.helpers import save_ir, write_config
 
 ROWS_BIG = 3000  # 3000 x 4 values: well over the fast path's threshold

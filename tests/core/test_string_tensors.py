@@ -9,8 +9,8 @@ import numpy as np
 import orjson
 import pytest
 
-from core import tensors
-from core.codecs import common, kserve_rest, tfs_grpc
+from core.codecs import binary, common, tfs_grpc
+from core.tensors import dtypes
 from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 
 
@@ -31,11 +31,11 @@ EXPECTED = [[b"ab", "é".encode()], [b"", b"z"]]
 
 @pytest.mark.parametrize("array", SAME_STRINGS)
 def test_every_string_form_becomes_object_bytes(array: np.ndarray) -> None:
-    assert tensors.is_strings(array)
-    out = tensors.as_bytes_array(array)
+    assert dtypes.is_strings(array)
+    out = dtypes.as_bytes_array(array)
     assert out.dtype == object and out.shape == (2, 2)
     assert out.tolist() == EXPECTED
-    assert tensors.to_ov_strings(array).tolist() == EXPECTED
+    assert dtypes.to_ov_strings(array).tolist() == EXPECTED
 
 
 @pytest.mark.parametrize("array", SAME_STRINGS)
@@ -43,7 +43,7 @@ def test_every_string_form_encodes_the_same_on_every_api(array: np.ndarray) -> N
     assert orjson.loads(common.dumps({"y": array})) == {"y": [["ab", "é"], ["", "z"]]}
     framed = b"".join(struct.pack("<I", len(item)) + item
                       for row in EXPECTED for item in row)
-    assert kserve_rest.to_binary(array) == framed
+    assert binary.to_binary(array) == framed
     proto = tensor_pb2.TensorProto()
     tfs_grpc.fill_proto(array, proto)
     assert proto.dtype == types_pb2.DT_STRING
@@ -60,5 +60,5 @@ def test_non_utf8_is_b64_and_named_bytes_always_are() -> None:
 
 def test_elements_that_are_not_strings_are_refused() -> None:
     with pytest.raises(TypeError, match="not int"):
-        tensors.as_bytes_array(_objects([b"a", 3], (2,)))
-    assert not tensors.is_strings(np.zeros(2, np.float32))
+        dtypes.as_bytes_array(_objects([b"a", 3], (2,)))
+    assert not dtypes.is_strings(np.zeros(2, np.float32))

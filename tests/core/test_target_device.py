@@ -16,7 +16,7 @@ import pytest
 from core.api import App, make_request
 from core.config import Settings, parse_config
 from core.errors import ConfigError
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo import models
 from tests.core.helpers import console_script, save_ir, write_config
 

@@ -15,8 +15,8 @@ import openvino as ov
 import pytest
 from PIL import Image
 
-from core import limits
 from core.api import App
+from core.tensors import limits
 from tests.examples.conftest import Rendered, cjk_font, render
 from tests.pipelines.helpers import app_for, call, doc, error
 

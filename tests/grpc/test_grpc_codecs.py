@@ -12,14 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from core import tensors
 from core.codecs import kserve_grpc, tfs_grpc
 from core.errors import InvalidInputError, ModelNotFoundError
+from core.tensors import dtypes
 from handlers.grpc_server import _rpc
 from protos.gen.kserve import grpc_predict_v2_pb2 as kfs
 from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 
-NUMERIC = [row.numpy for row in tensors.ROWS if row is not tensors.BYTES]
+NUMERIC = [row.numpy for row in dtypes.ROWS if row is not dtypes.BYTES]
 
 
 def _proto(dtype: int, shape: tuple[int, ...], **fields: Any) -> tensor_pb2.TensorProto:

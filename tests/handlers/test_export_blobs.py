@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from core import compiled_cache
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.runtime import compiled_cache
+from core.serving.registry import ModelManager
 from demo.models import write_demo_repository
 from handlers import cli
 
@@ -80,7 +80,7 @@ def test_per_version_blobs_copied_beside_their_versions_are_imported(
 
 def test_concurrent_blobs_are_the_ones_a_concurrent_host_imports(
         repo: Path, tmp_path: Path) -> None:
-    """A concurrent host compiles each model twice (core.adaptive): its LATENCY compile is a
+    """A concurrent host compiles each model twice (core.runtime.adaptive): its LATENCY compile is a
     one-request host's, its THROUGHPUT one is its own; each host takes the blobs it needs."""
     assert _export(repo, tmp_path / "one") == 0
     assert _export(repo, tmp_path / "many", "--concurrent") == 0

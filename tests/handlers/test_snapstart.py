@@ -21,11 +21,12 @@ import pytest
 import snapshot_restore_py
 from awslambdaric import lambda_runtime_hooks_runner
 
-from core import compiled_cache, metrics
+from core import metrics
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
-from core.model import ModelVersion
+from core.runtime import compiled_cache
+from core.serving.model import ModelVersion
+from core.serving.registry import ModelManager
 from demo.models import classifier, save, scaler
 from handlers import snapstart
 from tests.emulators import MotoS3

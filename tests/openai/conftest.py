@@ -16,7 +16,7 @@ import pytest
 
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo.bert_export import export, minilm_source, random_weights
 from demo.models import save, scaler
 

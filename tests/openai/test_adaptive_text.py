@@ -1,5 +1,5 @@
-"""Adaptive execution (core.adaptive) on text models: a concurrent host compiles a rerank model
-for LATENCY and then THROUGHPUT, unless its graph.pbtxt plugin_config sets a hint (OVMS's
+"""Adaptive execution (core.runtime.adaptive) on text models: a concurrent host compiles a rerank
+model for LATENCY and then THROUGHPUT, unless its graph.pbtxt plugin_config sets a hint (OVMS's
 meaning: one compile); both variants score the same."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import compiled_cache, metrics
+from core import metrics
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
-from core.model import ModelVersion
+from core.runtime import compiled_cache
+from core.serving.model import ModelVersion
+from core.serving.registry import ModelManager
 from demo.bert_export import export, minilm_source
 from tests.openai.conftest import CROSS_CONFIG, Repo
 from tests.reload.helpers import wait_for

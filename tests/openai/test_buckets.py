@@ -10,7 +10,7 @@ import pytest
 
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from tests.emulators import EMULATORS, Emulator
 from tests.openai.conftest import Call, Repo
 from tests.storage.helpers import use_store_env

@@ -9,7 +9,7 @@ import pytest
 
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo.embeddings import add_embeddings_model
 
 

@@ -24,7 +24,7 @@ import requests
 import core.api
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from handlers import aws_lambda, azure_functions
 from handlers.cli import _parser, _settings
 from tests.handlers.conftest import (

@@ -14,7 +14,7 @@ import pytest
 
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from tests.openai.conftest import F32, Direct, Repo
 
 TEXTS = ["A man is eating food.", "A man is riding a horse."]

@@ -20,7 +20,7 @@ import orjson
 
 from core.api import App, Response, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 
 NODES = Path(__file__).parent / "nodes"
 
@@ -56,10 +56,10 @@ def kserve_outputs(answer: Any) -> dict[str, np.ndarray]:
 
 
 def kserve_body(**inputs: np.ndarray) -> dict[str, Any]:
-    from core import tensors
+    from core.tensors import dtypes
 
     return {"inputs": [{"name": k, "shape": list(v.shape),
-                        "datatype": tensors.from_numpy(v.dtype).kserve,
+                        "datatype": dtypes.from_numpy(v.dtype).kserve,
                         "data": v.reshape(-1).tolist()} for k, v in inputs.items()]}
 
 

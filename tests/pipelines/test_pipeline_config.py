@@ -13,7 +13,7 @@ import pytest
 
 from core.config import Settings
 from core.errors import ConfigError
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo.models import save, scaler
 from tests.pipelines.conftest import Repo
 from tests.pipelines.helpers import (
@@ -153,7 +153,7 @@ def _journal_until(path: Path, expected: list[str], seconds: float = 5.0) -> lis
 
 def test_deinitialize_runs_on_reload_and_unload(repo: Repo, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("core.manager.RETIRE_GRACE_S", 0.05)
+    monkeypatch.setattr("core.serving.registry.RETIRE_GRACE_S", 0.05)
     journal = tmp_path / "journal.txt"
     config = write_config(tmp_path / "config.json", _models(repo),
                           [chain(offset="0.5", journal=str(journal))], LIBRARIES)

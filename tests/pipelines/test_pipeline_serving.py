@@ -54,15 +54,15 @@ def grpc_predict(channel: grpc.Channel, name: str, **inputs: np.ndarray
 
 def kserve_grpc_infer(channel: grpc.Channel, name: str, **inputs: np.ndarray
                       ) -> dict[str, np.ndarray]:
-    from core import tensors
+    from core.tensors import dtypes
 
     request = kpb.ModelInferRequest(model_name=name)
     for key, value in inputs.items():
-        request.inputs.add(name=key, datatype=tensors.from_numpy(value.dtype).kserve,
+        request.inputs.add(name=key, datatype=dtypes.from_numpy(value.dtype).kserve,
                            shape=value.shape)
         request.raw_input_contents.append(value.tobytes())
     reply = kgrpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
-    return {o.name: np.frombuffer(raw, dtype=tensors.from_kserve(o.datatype).numpy)
+    return {o.name: np.frombuffer(raw, dtype=dtypes.from_kserve(o.datatype).numpy)
             .reshape(o.shape) for o, raw in zip(reply.outputs, reply.raw_output_contents,
                                                 strict=True)}
 

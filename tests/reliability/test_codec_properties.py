@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from core import tensors
 from core.codecs import images, kserve_grpc, kserve_rest, tfs_grpc
-from core.codecs.kserve_rest import to_binary
+from core.codecs.binary import to_binary
 from core.errors import ServingError
-from core.shapes import ANY
-from core.signature import TensorSpec
+from core.tensors import dtypes
+from core.tensors.shapes import ANY
+from core.tensors.spec import TensorSpec
 from protos.gen.kserve import grpc_predict_v2_pb2 as kfs
 from protos.gen.tensorflow.core.framework import tensor_pb2
 from protos.gen.tensorflow_serving.apis import predict_pb2
@@ -31,8 +31,8 @@ from tests.core.helpers import encode_image
 
 PROPERTY = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
-NUMERIC = [row for row in tensors.ROWS if row is not tensors.BYTES and row.kserve != "FP16"]
-TF_ENUMS = st.sampled_from([row.tf_enum for row in tensors.ROWS]) | st.integers(-3, 40)
+NUMERIC = [row for row in dtypes.ROWS if row is not dtypes.BYTES and row.kserve != "FP16"]
+TF_ENUMS = st.sampled_from([row.tf_enum for row in dtypes.ROWS]) | st.integers(-3, 40)
 DIMS = st.lists(st.integers(-2, 6) | st.sampled_from([2**31, 2**40, 2**62]), max_size=4)
 scalars = st.floats(width=32, allow_nan=False) | st.integers(-(2**40), 2**40).map(float)
 
@@ -94,7 +94,7 @@ def test_tfs_tensor_proto_any_fields(dtype: int, dims: list[int], content: bytes
     row.numpy, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4))))
 def test_tfs_typed_fields_round_trip(array: np.ndarray) -> None:
     """Values in the typed *_val fields (as TensorFlow's make_tensor_proto fills them)."""
-    row = tensors.from_numpy(array.dtype)
+    row = dtypes.from_numpy(array.dtype)
     proto = tensor_pb2.TensorProto(dtype=row.tf_enum)  # type: ignore[arg-type]
     for size in array.shape:
         proto.tensor_shape.dim.add(size=size)
@@ -129,7 +129,7 @@ def test_kserve_infer_from_any_wire_bytes(wire: bytes) -> None:
     _nothing_but_serving_errors(lambda: kserve_grpc.parse_version(request.model_version))
 
 
-kserve_types = st.sampled_from([row.kserve for row in tensors.ROWS] + ["FP99", "", "fp32"])
+kserve_types = st.sampled_from([row.kserve for row in dtypes.ROWS] + ["FP99", "", "fp32"])
 
 
 @PROPERTY
@@ -156,7 +156,7 @@ def test_kserve_request_any_fields(tensors_: list[tuple[str, str, list[int]]],
         assert set(decoded) == {t[0] for t in tensors_}
 
 
-any_numeric = st.sampled_from(NUMERIC + [tensors.BY_KSERVE["FP16"]]).flatmap(
+any_numeric = st.sampled_from(NUMERIC + [dtypes.BY_KSERVE["FP16"]]).flatmap(
     lambda row: hnp.arrays(row.numpy, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0,
                                                        max_side=4)))
 
@@ -164,7 +164,7 @@ any_numeric = st.sampled_from(NUMERIC + [tensors.BY_KSERVE["FP16"]]).flatmap(
 @PROPERTY
 @given(array=any_numeric)
 def test_kserve_raw_round_trip(array: np.ndarray) -> None:
-    row = tensors.from_numpy(array.dtype)
+    row = dtypes.from_numpy(array.dtype)
     request = kfs.ModelInferRequest(model_name="m")
     request.inputs.add(name="x", datatype=row.kserve, shape=array.shape)
     request.raw_input_contents.append(to_binary(array))
@@ -177,7 +177,7 @@ def test_kserve_raw_round_trip(array: np.ndarray) -> None:
 @given(st.sampled_from([r for r in NUMERIC if r.kserve in kserve_grpc._CONTENTS]).flatmap(
     lambda row: hnp.arrays(row.numpy, hnp.array_shapes(min_dims=1, max_dims=3, max_side=4))))
 def test_kserve_typed_contents_round_trip(array: np.ndarray) -> None:
-    row = tensors.from_numpy(array.dtype)
+    row = dtypes.from_numpy(array.dtype)
     request = kfs.ModelInferRequest(model_name="m")
     tensor = request.inputs.add(name="x", datatype=row.kserve, shape=array.shape)
     getattr(tensor.contents, kserve_grpc._CONTENTS[row.kserve]).extend(
@@ -207,7 +207,7 @@ EDGE_DIMS = st.lists(st.sampled_from([0, 1, 2, 4, 2**31, 2**40, 2**62]), max_siz
 
 @PROPERTY
 @given(row=st.sampled_from(NUMERIC), shape=EDGE_DIMS, binary=st.booleans())
-def test_kserve_rest_declared_shapes(row: tensors.DType, shape: list[int], binary: bool) -> None:
+def test_kserve_rest_declared_shapes(row: dtypes.DType, shape: list[int], binary: bool) -> None:
     """Zeros of the declared shape, as JSON data or binary: decoded exactly when the shape is
     small enough to exist, else a ServingError (a 0 next to 2**62 once escaped as a 500)."""
     small = max(shape, default=0) <= 4  # else a dim beyond any limit, whatever the count
@@ -231,7 +231,7 @@ def test_kserve_rest_declared_shapes(row: tensors.DType, shape: list[int], binar
 
 # -- images ------------------------------------------------------------------------------------
 
-IMAGE = TensorSpec("img", tensors.BY_KSERVE["FP32"], (ANY, (8, 8), (8, 8), (3, 3)), "NHWC")
+IMAGE = TensorSpec("img", dtypes.BY_KSERVE["FP32"], (ANY, (8, 8), (8, 8), (3, 3)), "NHWC")
 PNG_HEAD = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 
 

@@ -20,7 +20,7 @@ import requests
 
 from core.api import App, Response, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from protos.gen.kserve import grpc_predict_v2_pb2 as kfs
 from protos.gen.kserve import grpc_predict_v2_pb2_grpc
 from tests.core.helpers import RunningServer, kserve_binary_request

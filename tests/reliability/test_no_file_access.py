@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from core.api import App, make_request
-from core.codecs import kserve_grpc, tfs_grpc
 from core.config import Settings
+from core.dataplane import DataPlane
 from core.errors import ServingError
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
+from handlers import grpc_server
 from protos.gen.kserve import grpc_predict_v2_pb2 as kfs
 from protos.gen.tensorflow_serving.apis import get_model_status_pb2, predict_pb2
 from tests.reliability.helpers import SCALER_X, build_repository
@@ -106,11 +107,15 @@ def _grpc_calls(name: str, version: str) -> list[Callable[[], object]]:
     infer = kfs.ModelInferRequest(model_name=name, model_version=version)
     meta = kfs.ModelMetadataRequest(name=name, version=version)
     ready = kfs.ModelReadyRequest(name=name, version=version)
-    return [lambda: tfs_grpc.predict(_manager[0], tfs),
-            lambda: tfs_grpc.status(_manager[0], status),
-            lambda: kserve_grpc.infer(_manager[0], infer),
-            lambda: kserve_grpc.model_metadata(_manager[0], meta),
-            lambda: kserve_grpc.model_ready(_manager[0], ready)]
+    plane = DataPlane(_manager[0], "gRPC")
+    prediction, models = grpc_server.PredictionService(plane), grpc_server.ModelService(plane)
+    inference = grpc_server.InferenceService(plane)
+    # the servicer methods without their ServingError -> context.abort wrapper
+    return [lambda: type(prediction).Predict.__wrapped__(prediction, tfs, None),
+            lambda: type(models).GetModelStatus.__wrapped__(models, status, None),
+            lambda: type(inference).ModelInfer.__wrapped__(inference, infer, None),
+            lambda: type(inference).ModelMetadata.__wrapped__(inference, meta, None),
+            lambda: type(inference).ModelReady.__wrapped__(inference, ready, None)]
 
 
 _manager: list[ModelManager] = []

@@ -23,7 +23,7 @@ import orjson
 
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo import models
 
 X = [1.0, 2.0, 3.0, 4.0]

@@ -15,7 +15,7 @@ from tests.reload.helpers import put_version
 CHILD = """
 import sys, threading
 import numpy as np
-from core.model import ov_core
+from core.runtime.ov_core import ov_core
 
 core = ov_core()  # as ModelVersion._build gets it: the fix lives there
 compiled = core.compile_model(core.read_model(sys.argv[1]), "CPU", {"PERFORMANCE_HINT": "LATENCY"})

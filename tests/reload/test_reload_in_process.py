@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from core.config import Settings
-from core.model import State
+from core.serving.servable import State
 from tests.reload.helpers import (
     app_sender,
     corrupt_in_place,

@@ -14,8 +14,8 @@ import requests
 
 from core.api import App
 from core.config import Settings
-from core.manager import ModelManager
-from core.stateful import IDLE_SECONDS, StatefulModelVersion
+from core.serving.registry import ModelManager
+from core.serving.stateful import IDLE_SECONDS, StatefulModelVersion
 from tests.core.helpers import console_script, free_port
 from tests.pipelines.helpers import call, error
 from tests.stateful.conftest import Repo, tfs_body

@@ -11,11 +11,11 @@ import grpc
 import numpy as np
 import pytest
 
-from core import compiled_cache
 from core.api import App
 from core.codecs import tfs_grpc
 from core.config import Settings
-from core.manager import ModelManager
+from core.runtime import compiled_cache
+from core.serving.registry import ModelManager
 from protos.gen.kserve import grpc_predict_v2_pb2 as kpb
 from protos.gen.kserve import grpc_predict_v2_pb2_grpc as kgrpc
 from protos.gen.tensorflow.core.framework import types_pb2

@@ -18,7 +18,7 @@ import orjson
 
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo import models
 from tests.storage.helpers import Store
 

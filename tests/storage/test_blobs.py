@@ -12,7 +12,7 @@ import pytest
 
 from core.api import App
 from core.config import Settings
-from core.model import ModelVersion
+from core.serving.model import ModelVersion
 from core.storage import BLOB_FOLDER, bucket, open_repository
 from tests.storage.helpers import Store
 from tests.storage.serving import call, predict, put_scaler, scaled, start_app

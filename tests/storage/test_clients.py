@@ -193,7 +193,7 @@ def test_an_unreadable_client_setting_fails_the_model_not_the_server(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from core.config import Settings
-    from core.manager import ModelManager
+    from core.serving.registry import ModelManager
 
     monkeypatch.setenv("OVS_S3_CLIENT", "rest")  # and no credentials in the environment
     manager = ModelManager.start(

@@ -225,7 +225,7 @@ LOCAL_PROBE = """
 import json, sys, pathlib
 from core.api import App, make_request
 from core.config import Settings
-from core.manager import ModelManager
+from core.serving.registry import ModelManager
 from demo import models
 base = pathlib.Path(sys.argv[1])
 models.save(models.scaler(2.0), base / "scaler" / "1")
@@ -252,7 +252,7 @@ def test_serving_from_local_disk_imports_no_cloud_sdk(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     modules = json.loads(out.stdout.strip().splitlines()[-1])
-    assert "core.manager" in modules
+    assert "core.serving.registry" in modules
     loaded = [m for m in modules if any(m == s or m.startswith(s + ".") for s in SDKS)]
     assert loaded == []
     assert not {"core.storage.s3", "core.storage.gcs", "core.storage.azure"} & set(modules)

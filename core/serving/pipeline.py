@@ -13,24 +13,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from core import tensors
 from core.config.pipelines import REQUEST, Connection, NodeConfig, PipelineConfig
-from core.custom_nodes import BrokenLibrary, CustomNode
 from core.errors import ConfigError, InternalError, InvalidInputError, NoResultsError
-from core.model import State, Status
-from core.shapes import ANY, fits, format_actual, format_dims
-from core.signature import Inputs, TensorSpec, validate
+from core.serving.custom_nodes import BrokenLibrary, CustomNode
+from core.serving.servable import Servable, State, Status
+from core.tensors import dtypes
+from core.tensors.shapes import ANY, fits, format_actual, format_dims
+from core.tensors.spec import Inputs, TensorSpec, validate
 
 Value = np.ndarray | list[np.ndarray]  # a list holds the per-item values of a demuxed branch
-
-
-class Servable(Protocol):
-    name: str
-    version: int
-    inputs: dict[str, TensorSpec]
-    outputs: dict[str, TensorSpec]
-
-    def infer(self, inputs: Inputs) -> dict[str, np.ndarray]: ...
 
 
 class Models(Protocol):
@@ -49,6 +40,7 @@ class Pipeline:
     """A servable: same routes, metadata and status as a model; version is always 1."""
 
     version = 1
+    color_format = "BGR"  # jpeg/png inputs of a pipeline decode in OpenCV's default order
 
     def __init__(self, config: PipelineConfig, models: Models,
                  libraries: Mapping[str, Any], model_names: set[str]) -> None:
@@ -229,7 +221,7 @@ def _check_custom_outputs(node: _Node, raw: Mapping[str, np.ndarray]) -> None:
         spec, value = node.outputs.get(item), raw.get(item)
         if spec is None or value is None:
             continue  # undeclared: caught at load; missing: reported by _execute
-        dtype = tensors.BY_NUMPY.get(value.dtype)
+        dtype = dtypes.BY_NUMPY.get(value.dtype)
         rank_free = spec.dims == (ANY,)
         if dtype is not spec.dtype or not rank_free and (
                 value.ndim != len(spec.dims)

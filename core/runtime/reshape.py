@@ -1,7 +1,7 @@
 """Apply a model config's shape, batch_size and layout to a read (not yet compiled) model.
 
 `shape` wins over `batch_size`. "auto" keeps the model's own shape (or batch) until a request
-needs another: then the version is reloaded with that `Fit` (core.auto_shape). A layout
+needs another: then the version is reloaded with that `Fit` (core.runtime.auto_shape). A layout
 "NHWC:NCHW" means <request layout>:<model layout> and adds a transpose inside the compiled model.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import openvino as ov
 
-from core.auto_shape import Fit
 from core.config import ModelConfig
 from core.errors import PreconditionError, ServingError
-from core.mapping import Aliases
-from core.shapes import ANY, AUTO, Dim, Dims
+from core.runtime.auto_shape import Fit
+from core.runtime.mapping import Aliases
+from core.tensors.shapes import ANY, AUTO, Dim, Dims
 
 Layouts = dict[str, tuple[str | None, str]]  # model input name -> (request layout, model layout)
 

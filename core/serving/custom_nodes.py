@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from core import tensors
 from core.errors import ConfigError, InternalError, ServingError
-from core.shapes import Dims, parse_dims
-from core.signature import TensorSpec
+from core.tensors import dtypes
+from core.tensors.shapes import Dims, parse_dims
+from core.tensors.spec import TensorSpec
 
 log = logging.getLogger("ov_serverless.custom_nodes")
 
@@ -110,10 +110,10 @@ class CustomNode:
         """An output as the servers take it: strings (str or bytes, in a list or an array of
         dtype object, "U" or "S") become the object array of bytes every encoder reads."""
         array = np.asarray(value)
-        if not tensors.is_strings(array):
+        if not dtypes.is_strings(array):
             return array
         try:
-            return tensors.as_bytes_array(array)
+            return dtypes.as_bytes_array(array)
         except TypeError as exc:
             raise InternalError(f"Custom node {self.name} output {key}: {exc}") from None
 
@@ -124,7 +124,7 @@ class CustomNode:
             return {}
         try:
             declared = info(self.params)
-            return {name: TensorSpec(name, tensors.from_kserve(dtype), _dims(shape, name))
+            return {name: TensorSpec(name, dtypes.from_kserve(dtype), _dims(shape, name))
                     for name, (dtype, shape) in declared.items()}
         except ServingError as exc:
             raise ConfigError(f"Custom node {self.name} {kind}_info: {exc.message}") from exc

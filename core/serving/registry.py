@@ -16,16 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core import auto_shape, errors, metrics
+from core import errors, metrics
 from core.config import MetricsConfig, ModelConfig, ServerConfig, Settings
 from core.config.pipelines import PipelineConfig
-from core.model import RETIRE_GRACE_S, ModelVersion, State, Status, add_extension
-from core.pipelines import Pipeline
+from core.runtime import auto_shape
+from core.runtime.ov_core import add_extension
+from core.serving.model import RETIRE_GRACE_S, ModelVersion
+from core.serving.pipeline import Pipeline
+from core.serving.servable import State, Status
 from core.storage import Repository, VersionFiles, open_repository
 from core.storage.secrets import redact
 
 log = logging.getLogger("ov_serverless.manager")
-Servable = ModelVersion | Pipeline
 
 
 @dataclass
@@ -280,7 +282,7 @@ def _version_class(config: ModelConfig, folder: Path | None = None) -> type[Mode
 
         return TextModelVersion  # embeddings / rerank (OVMS's export layout)
     if config.stateful:
-        from core.stateful import StatefulModelVersion
+        from core.serving.stateful import StatefulModelVersion
 
         return StatefulModelVersion
     return ModelVersion
@@ -288,7 +290,7 @@ def _version_class(config: ModelConfig, folder: Path | None = None) -> type[Mode
 
 def _configure_sequence_cleaner(minutes: float) -> None:
     """--sequence_cleaner_poll_wait_minutes: one setting for every stateful model."""
-    from core.stateful import StatefulModelVersion
+    from core.serving.stateful import StatefulModelVersion
 
     StatefulModelVersion.idle_seconds = minutes * 60 if minutes > 0 else math.inf
 
@@ -327,7 +329,7 @@ def _detail(status: Status) -> str:
 
 class ModelManager:
     def __init__(self, settings: Settings) -> None:
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         compiled_cache.configure(settings.concurrent, settings.compiled_cache,
                                  settings.export_blobs)
@@ -431,7 +433,7 @@ class ModelManager:
         return bool(outgoing) or len(pipelines) != len(config.pipelines)
 
     def _library(self, name: str, base_path: str) -> Any:
-        from core.custom_nodes import load_library
+        from core.serving.custom_nodes import load_library
 
         key = (name, base_path)
         if key not in self._libraries:

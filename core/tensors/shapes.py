@@ -12,7 +12,7 @@ Dims = tuple[Dim, ...]
 ShapeSpec = None | str | Dims | dict[str, "str | Dims"]  # str is only ever "auto"
 
 ANY: Dim = (-1, -1)
-AUTO = "auto"  # compiled static, reloaded to fit a request's batch / shape (core.auto_shape)
+AUTO = "auto"  # compiled static, reloaded to fit a request's batch / shape (runtime.auto_shape)
 
 
 def parse_dim(value: Any, path: str) -> Dim:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import openvino as ov
 
-from core import tensors
 from core.errors import InvalidInputError, NotFoundError, ServingError
-from core.model import ModelVersion, inference_error, ov_input, read_outputs
-from core.signature import Inputs, TensorSpec, validate
+from core.serving.model import ModelVersion, inference_error, ov_input, read_outputs
+from core.tensors import dtypes
+from core.tensors.spec import Inputs, TensorSpec, validate
 
 SEQUENCE_ID = "sequence_id"
 CONTROL = "sequence_control_input"
@@ -53,10 +53,10 @@ class StatefulModelVersion(ModelVersion):
         super()._build()
         self.model_inputs = dict(self.inputs)
         self.inputs = {**self.inputs,
-                       SEQUENCE_ID: TensorSpec(SEQUENCE_ID, tensors.BY_KSERVE["UINT64"], ((1, 1),)),
-                       CONTROL: TensorSpec(CONTROL, tensors.BY_KSERVE["UINT32"], ((1, 1),))}
+                       SEQUENCE_ID: TensorSpec(SEQUENCE_ID, dtypes.BY_KSERVE["UINT64"], ((1, 1),)),
+                       CONTROL: TensorSpec(CONTROL, dtypes.BY_KSERVE["UINT32"], ((1, 1),))}
         self.outputs = {**self.outputs,
-                        SEQUENCE_ID: TensorSpec(SEQUENCE_ID, tensors.BY_KSERVE["UINT64"],
+                        SEQUENCE_ID: TensorSpec(SEQUENCE_ID, dtypes.BY_KSERVE["UINT64"],
                                                 ((1, 1),))}
         self._sequences: dict[int, _Sequence] = {}
         self._lock = threading.Lock()
@@ -76,7 +76,7 @@ class StatefulModelVersion(ModelVersion):
         if control not in (NO_CONTROL, START, END):
             raise InvalidInputError(f"Special input {CONTROL} must be 0, 1 (start) or 2 (end); "
                                     f"got {control}")
-        ready = validate(self.model_inputs, inputs, self.config.color_format)
+        ready = validate(self.model_inputs, inputs)
         self._sweep()
         feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
         with self.serving():

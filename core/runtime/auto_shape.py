@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from core import tensors
-from core.shapes import AUTO, Dims, fits
+from core.tensors import dtypes
+from core.tensors.shapes import AUTO, Dims, fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ def needed(version: Any, inputs: Mapping[str, np.ndarray]) -> Fit | None:
     batch: int | None = None
     for name, array in inputs.items():
         spec = version.inputs.get(name)
-        if spec is None or spec.dtype is tensors.BYTES:
+        if spec is None or spec.dtype is dtypes.BYTES:
             continue
         shape = tuple(int(d) for d in array.shape)
         real = version._input_ports.get(name, name)

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core import limits, tensors
 from core.errors import InvalidInputError
-from core.shapes import Dims, fits, format_actual, format_dims
-from core.tensors import DType
+from core.tensors import dtypes, limits
+from core.tensors.dtypes import DType
+from core.tensors.shapes import Dims, fits, format_actual, format_dims
 
 Inputs = dict[str, np.ndarray]
 
@@ -35,7 +35,7 @@ class TensorSpec:
     @property
     def image_layout(self) -> str | None:
         """NHWC or NCHW when this input can take jpeg/png images, else None."""
-        if len(self.dims) != 4 or self.dtype is tensors.BYTES:
+        if len(self.dims) != 4 or self.dtype is dtypes.BYTES:
             return None
         if self.layout in ("NHWC", "NCHW"):
             return self.layout
@@ -105,25 +105,13 @@ def check_precision(spec: TensorSpec, actual: DType) -> None:
         )
 
 
-def validate(
-    specs: Mapping[str, TensorSpec], inputs: Inputs, color_format: str = "BGR"
-) -> Inputs:
-    """Check names, dtypes and shapes; decode jpeg/png tensors for image inputs."""
+def validate(specs: Mapping[str, TensorSpec], inputs: Inputs) -> Inputs:
+    """Check names, dtypes and shapes (images are decoded before, by core.codecs.images)."""
     check_names(specs, inputs)
     ready: Inputs = {}
     for name, spec in specs.items():
         array = inputs[name]
-        if array.dtype == object and spec.dtype is not tensors.BYTES:
-            if spec.image_layout is None:
-                raise InvalidInputError(
-                    "Received binary image input but resource not configured to accept "
-                    f"NHWC layout; input name: {name}"
-                )
-            from core.codecs import images
-
-            array = images.decode_batch(array, spec, color_format)
-        else:
-            check_precision(spec, tensors.from_numpy(array.dtype))
+        check_precision(spec, dtypes.from_numpy(array.dtype))
         limits.check_shape(array.shape, name, array.itemsize)
         spec.check_shape(array.shape)
         ready[name] = array

@@ -7,93 +7,36 @@ so concurrent requests from a threaded server really overlap.
 
 from __future__ import annotations
 
-import enum
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openvino as ov
 
-from core import adaptive, devices, metrics, tensors
-from core.adaptive import Variant
-from core.auto_shape import Fit
-from core.batching import Batcher
+from core import metrics
 from core.config import BatchingConfig, ModelConfig
-from core.errors import ConfigError, InternalError, ModelNotReadyError, ServingError
-from core.shapes import ANY, Dim, Dims
-from core.signature import Inputs, TensorSpec, validate
+from core.errors import InternalError, ModelNotReadyError, ServingError
+from core.runtime import adaptive, devices
+from core.runtime.adaptive import Variant
+from core.runtime.auto_shape import Fit
+from core.runtime.batching import Batcher
+from core.runtime.ov_core import ov_core
+from core.serving.servable import State, Status
 from core.storage import VersionFiles
+from core.tensors import dtypes
+from core.tensors.shapes import ANY, Dim, Dims
+from core.tensors.spec import Inputs, TensorSpec, validate
 
 log = logging.getLogger("ov_serverless.model")
 
 MODEL_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite")
 RETIRE_GRACE_S = 2.0
-
-
-class State(enum.IntEnum):
-    START = 10
-    LOADING = 20
-    AVAILABLE = 30
-    UNLOADING = 40
-    END = 50
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    state: State
-    error_code: str = "OK"  # OK | UNKNOWN | FAILED_PRECONDITION, as OVMS reports them
-    error_message: str = "OK"
-
-
-_core: ov.Core | None = None
-_core_lock = threading.Lock()
-
-
-def ov_core() -> ov.Core:
-    """One ov.Core per process: device plugins are loaded once."""
-    global _core
-    with _core_lock:
-        if _core is None:
-            _core = ov.Core()
-            _init_numpy_bindings()
-        return _core
-
-
-_extensions: set[str] = set()
-
-
-def add_extension(path: str) -> None:
-    """OVMS's --cpu_extension: a library of custom operations, added to the process's Core
-    once and before any model is read (an IR names its custom ops by type)."""
-    if not path or path in _extensions:
-        return
-    if not os.path.exists(path):
-        raise ConfigError("File path provided as an --cpu_extension parameter does not exist "
-                          f"in the filesystem: {path}")
-    try:
-        ov_core().add_extension(path)
-    except RuntimeError as exc:
-        raise ConfigError(f"Custom CPU extension loading has failed! Reason: {exc}") from None
-    _extensions.add(path)
-    log.info("Custom CPU extension loaded: %s", path)
-
-
-def _init_numpy_bindings() -> None:
-    """Initialise the bindings' numpy glue (pybind11's npy_api and _pyopenvino's dtype
-    statics) once, on one thread. Left to the first requests, two threads that convert their
-    first arrays at the same moment can deadlock: one holds a C++ static-init guard while it
-    waits for the GIL, the other holds the GIL while it waits for that guard (seen as a server
-    that stops answering when concurrent first predicts hit a model read from disk)."""
-    ov.Type.f32.to_dtype()
-    ov.Tensor(np.zeros(1, np.float32), shared_memory=True)
 
 
 def find_model_file(folder: Path) -> Path:
@@ -132,7 +75,7 @@ class ModelVersion:
         self._blob: np.memmap | None = None  # an imported blob's mapping, backing the weights
         self._pool: queue.Queue[ov.InferRequest] = queue.Queue()
         # the variant every request may run on (_compiled, _pool), and the throughput one of
-        # an adaptive version once it is compiled (core.adaptive)
+        # an adaptive version once it is compiled (core.runtime.adaptive)
         self._first: Variant | None = None
         self._second: Variant | None = None
         self._second_lock = threading.Lock()
@@ -144,8 +87,8 @@ class ModelVersion:
         # set when the first request ends, or on retirement: a waiting blob export runs then
         # (or, retired, gives up)
         self._export_gate = threading.Event()
-        # batch_size / shape "auto" (core.auto_shape): the shapes this version is compiled for,
-        # and who reloads it for a request that needs others (set by the model's registry)
+        # batch_size / shape "auto" (core.runtime.auto_shape): the shapes this version is compiled
+        # for, and who reloads it for a request that needs others (set by the model's registry)
         self.fit = Fit()
         self.refit: Callable[[ModelVersion, Inputs], ModelVersion] | None = None
 
@@ -206,7 +149,7 @@ class ModelVersion:
     def _build(self) -> None:
         """Import the version's compiled blob if one has its key, else read and compile; the
         served signature comes from the compiled model either way (a blob needs no weights)."""
-        from core import compiled_cache, mapping
+        from core.runtime import compiled_cache, mapping
 
         path = self.model_file = self._model_path()
         aliases = mapping.load(self.folder)
@@ -247,7 +190,7 @@ class ModelVersion:
         """The compile properties the config sets (adaptation leaves a tuned version alone)."""
         return set(self.config.plugin_config)
 
-    # -- the throughput variant of an adaptive version (core.adaptive) -------------------------
+    # -- the throughput variant of an adaptive version (core.runtime.adaptive) -----------------
 
     def _second_later(self, model: ov.Model | None, aliases: Any) -> None:
         """Compile the throughput variant on a background thread once the first request has
@@ -264,7 +207,7 @@ class ModelVersion:
 
     def _compile_second(self, model: ov.Model | None, aliases: Any) -> None:
         """Import or compile the throughput variant and start routing crowds to it (once)."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         with self._second_lock:
             if self._second is not None or self._retiring():
@@ -299,7 +242,7 @@ class ModelVersion:
                        ) -> tuple[ov.CompiledModel, np.memmap | None]:
         """The variant's blob when one has its key, else a compile of the version's model (the
         one the first variant compiled, or read again when that one came from a blob)."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         found = compiled_cache.find(key, self.files, self.cache_dir) if key else None
         imported = compiled_cache.load(core, found, device, properties) if found else None
@@ -318,7 +261,7 @@ class ModelVersion:
     def export_blob(self, folder: Path) -> Path | None:
         """Write the compiled model to folder/<blob_key>.blob; None when it is not serving or
         its config disallows blobs (allow_cache false)."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         compiled = self._compiled
         if compiled is None or not self.available or not self.blob_key:
@@ -328,7 +271,7 @@ class ModelVersion:
     def export_blobs(self, folder: Path) -> list[Path]:
         """export_blob, and for an adaptive version its throughput variant's blob too (compiled
         now if the background has not yet): each variant has its own key."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         first = self.export_blob(folder)
         if first is None:
@@ -343,7 +286,7 @@ class ModelVersion:
 
     def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
         """The compiled blob's key; "" when the config disallows blobs."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         c = self.config
         if not c.allow_cache:
@@ -355,7 +298,7 @@ class ModelVersion:
     def _read(self, path: Path, aliases: Any) -> ov.Model:
         """The model as config says to serve it: weights a bucket still holds are downloaded
         first, then read, transformed (subclasses), reshaped and re-laid-out."""
-        from core import reshape
+        from core.runtime import reshape
 
         self.files.complete()
         started = time.perf_counter()
@@ -369,10 +312,11 @@ class ModelVersion:
         """Hook for subclasses (stateful models) to transform the read model."""
 
     def _compile_config(self) -> dict[str, Any]:
-        """Host defaults (core.compiled_cache.default_properties), then the model's
+        """Host defaults (core.runtime.compiled_cache.default_properties), then the model's
         plugin_config, which always wins. OpenVINO's CACHE_DIR is not set by default: compiled
-        blobs are handled by core.compiled_cache (a plugin_config CACHE_DIR still applies)."""
-        from core import compiled_cache
+        blobs are handled by core.runtime.compiled_cache (a plugin_config CACHE_DIR still
+        applies)."""
+        from core.runtime import compiled_cache
 
         config: dict[str, Any] = compiled_cache.default_properties(
             compiled_cache.profile().concurrent)
@@ -397,7 +341,7 @@ class ModelVersion:
         at least two per stream, so a stream has the next request queued when one ends. The
         latency variant of an adaptive version (`lone`) only runs a request that is alone in
         flight: one InferRequest (each holds its own activation buffers)."""
-        from core import compiled_cache
+        from core.runtime import compiled_cache
 
         size = self.config.nireq or int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         if lone:
@@ -464,13 +408,18 @@ class ModelVersion:
     def available(self) -> bool:
         return self.status.state is State.AVAILABLE
 
+    @property
+    def color_format(self) -> str:
+        """The channel order jpeg/png inputs are decoded to (BGR or RGB)."""
+        return self.config.color_format
+
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
         """Validate and run one request; outputs are owned by the caller."""
         if self.refit is not None:  # batch_size / shape "auto"
             fitted = self.refit(self, inputs)
             if fitted is not self:
                 return fitted.infer(inputs)
-        ready = validate(self.inputs, inputs, self.config.color_format)
+        ready = validate(self.inputs, inputs)
         feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
         with self.serving():
             return self._run(feed)
@@ -535,7 +484,7 @@ class ModelVersion:
 
 def ov_input(array: np.ndarray) -> np.ndarray:
     """A validated input as InferRequest.infer takes it (string tensors as numpy bytes)."""
-    return tensors.to_ov_strings(array) if tensors.is_strings(array) else array
+    return dtypes.to_ov_strings(array) if dtypes.is_strings(array) else array
 
 
 def read_outputs(request: ov.InferRequest, results: Any, names: list[str],
@@ -544,8 +493,8 @@ def read_outputs(request: ov.InferRequest, results: Any, names: list[str],
     (the bindings' default decodes them to str, replacing bytes that are not UTF-8)."""
     outputs: dict[str, np.ndarray] = {}
     for index, (name, value) in enumerate(zip(names, results.to_tuple(), strict=True)):
-        if specs[name].dtype is tensors.BYTES:
-            value = tensors.as_bytes_array(request.get_output_tensor(index).bytes_data)
+        if specs[name].dtype is dtypes.BYTES:
+            value = dtypes.as_bytes_array(request.get_output_tensor(index).bytes_data)
         outputs[name] = np.asarray(value)
     return outputs
 
@@ -569,7 +518,7 @@ def _cause(exc: Exception) -> str:
 
 
 def _mapping(folder: Path) -> Any:
-    from core import mapping
+    from core.runtime import mapping
 
     return mapping.load(folder)
 
@@ -604,7 +553,7 @@ def _spec(name: str, port: ov.Output) -> TensorSpec:
     node = port.get_node()
     if hasattr(node, "get_layout"):
         layout = _layout_text(node.get_layout())
-    return TensorSpec(name, tensors.from_ov(port.get_element_type().get_type_name()), dims, layout)
+    return TensorSpec(name, dtypes.from_ov(port.get_element_type().get_type_name()), dims, layout)
 
 
 def _dynamic(dim: Dim) -> bool:

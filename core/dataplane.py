@@ -1,0 +1,141 @@
+"""The serving calls every front shares: REST routes (core.api) and gRPC servicers
+(handlers.grpc_server) translate their wire format and call these, nothing else.
+
+An inference is always the same sequence: resolve the servable, decode the request (the
+front's codec, given the servable's signature), decode jpeg/png images, validate and infer (the
+servable), encode the reply (the front's codec). Request metrics are counted around each call
+and inference metrics around the servable's infer; metrics never call the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from core import metrics
+from core.codecs import documents, images
+from core.codecs.documents import Named, Signed
+from core.errors import ServingError, VersionNotFoundError
+from core.serving.registry import ModelManager, ServedModel, ServedPipeline
+from core.serving.servable import Servable
+from core.tensors.spec import Inputs
+
+Reply = TypeVar("Reply", covariant=True)
+
+
+class Exchange(Protocol[Reply]):
+    """One inference request in a front's wire format (core.codecs.*.PredictCall, InferCall):
+    decodes it once the servable is known and encodes the reply in the request's form."""
+
+    def decode(self, servable: Signed) -> Inputs: ...
+
+    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]) -> Reply: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Which API method a front is serving, for the request metrics."""
+
+    api: str  # "TensorFlowServing" or "KServe"
+    method: str  # "Predict", "ModelInfer", "GetModelMetadata", ...
+
+
+TFS_PREDICT = Call("TensorFlowServing", "Predict")
+TFS_METADATA = Call("TensorFlowServing", "GetModelMetadata")
+TFS_STATUS = Call("TensorFlowServing", "GetModelStatus")
+KSERVE_INFER = Call("KServe", "ModelInfer")
+KSERVE_METADATA = Call("KServe", "ModelMetadata")
+KSERVE_READY = Call("KServe", "ModelReady")
+
+
+class DataPlane:
+    """Serving calls on one ModelManager for one front: `interface` ("REST" or "gRPC") labels
+    its request metrics. Stateless beyond the manager."""
+
+    def __init__(self, manager: ModelManager, interface: str) -> None:
+        self.manager = manager
+        self.interface = interface
+
+    def infer(self, call: Call, name: str, version: int | None, exchange: Exchange[Reply]) -> Reply:
+        """Resolve -> decode -> images -> validate and infer -> encode."""
+        with metrics.track(call.api, self.interface, call.method, name, version) as track:
+            servable = self.manager.get(name, version)
+            track.version = servable.version
+            inputs = exchange.decode(servable)
+            inputs = images.decode_inputs(servable.inputs, inputs, servable.color_format)
+            with metrics.inference(servable.name, servable.version):
+                outputs = servable.infer(inputs)
+            return exchange.encode(servable, outputs)
+
+    def servable(
+        self, call: Call, name: str, version: int | None, check: Callable[[], None] = lambda: None
+    ) -> Servable:
+        """The servable a metadata call describes; `check` vets the request first."""
+        with metrics.track(call.api, self.interface, call.method, name, version) as track:
+            check()
+            servable = self.manager.get(name, version)
+            track.version = servable.version
+            return servable
+
+    def tfs_metadata(
+        self, call: Call, name: str, version: int | None, check: Callable[[], None] = lambda: None
+    ) -> dict[str, Any]:
+        return documents.tfs_metadata(self.servable(call, name, version, check))
+
+    def kserve_metadata(self, call: Call, name: str, version: int | None) -> dict[str, Any]:
+        servable = self.servable(call, name, version)
+        served = self.manager.model(name)
+        return documents.kserve_metadata(
+            servable, (served.versions[v] for v in sorted(served.versions))
+        )
+
+    def model_status(self, call: Call, name: str, version: int | None) -> dict[str, Any]:
+        """`model_version_status` of one version, or of every version when none is given."""
+        with metrics.track(call.api, self.interface, call.method, name, None):
+            served = self.manager.model(name)
+            if version is not None:
+                if version not in served.versions:
+                    raise VersionNotFoundError(name, version)
+                return documents.model_status([served.versions[version]])
+            if not served.versions:
+                served.default_version()  # raises the model's error
+            return documents.model_status(served.versions[v] for v in sorted(served.versions))
+
+    def model_ready(
+        self, call: Call, name: str, version: int | None, unknown_raises: bool = False
+    ) -> ServingError | None:
+        """Why the model (version) cannot serve now, or None when it is ready. With
+        `unknown_raises`, an unknown model or version raises instead (gRPC's NOT_FOUND)."""
+        with metrics.track(call.api, self.interface, call.method, name, None):
+            if unknown_raises:
+                served = self.manager.model(name)
+                if version is not None and version not in served.versions:
+                    raise VersionNotFoundError(name, version)
+            try:
+                self.manager.get(name, version)
+            except ServingError as exc:
+                return exc
+            return None
+
+    def config_status(self) -> dict[str, Any]:
+        """Every model and pipeline with the status of each version (GET /v1/config)."""
+        served: dict[str, ServedModel | ServedPipeline] = {
+            **self.manager.retired,
+            **self.manager.models,
+            **self.manager.pipelines,
+        }
+        return {
+            name: documents.model_status(entry.versions[v] for v in sorted(entry.versions))
+            for name, entry in served.items()
+        }
+
+    def reload(self) -> bool:
+        """Re-read the config and the repositories; True when anything changed."""
+        return self.manager.reload()
+
+    @property
+    def ready(self) -> bool:
+        return self.manager.ready
