@@ -65,8 +65,10 @@ def build(root: Path) -> tuple[Path, dict[str, Path]]:
     folder.mkdir(parents=True)
     ov.save_model(resnet50_like(seed=0, batch=1), folder / "model.xml", compress_to_fp16=True)
     configs = {}
-    for label, options in (("adaptive", {}),
-                           ("fixed", {"plugin_config": {"PERFORMANCE_HINT": "THROUGHPUT"}})):
+    for label, options in (
+        ("adaptive", {}),
+        ("fixed", {"plugin_config": {"PERFORMANCE_HINT": "THROUGHPUT"}}),
+    ):
         entry = {"config": {"name": MODEL, "base_path": MODEL, **options}}
         path = root / "repo" / f"{label}.json"
         path.write_text(json.dumps({"model_config_list": [entry]}))
@@ -83,9 +85,11 @@ def per_level(clients: int, quick: bool) -> int:
 # -- raw OpenVINO ----------------------------------------------------------------------------
 
 
-def raw_sweep(model_file: Path, x: np.ndarray, quick: bool
-              ) -> tuple[dict[str, dict[int, Row]], dict[str, Callable[[], object]],
-                         dict[int, Callable[[], Row]]]:
+def raw_sweep(
+    model_file: Path, x: np.ndarray, quick: bool
+) -> tuple[
+    dict[str, dict[int, Row]], dict[str, Callable[[], object]], dict[int, Callable[[], Row]]
+]:
     """Per hint and client count, an AsyncInferQueue run; the LATENCY InferRequest for the
     paired 1-client runs; per count, the faster queue (re-run around served runs)."""
     core = ov.Core()
@@ -97,8 +101,7 @@ def raw_sweep(model_file: Path, x: np.ndarray, quick: bool
         request = compiled.create_infer_request()
         single[hint] = _infer_call(request, x)
         _KEEP.extend((compiled, request))
-        runners[hint] = {n: _queue_runner(compiled, x, n * per_level(n, quick), n)
-                         for n in CLIENTS}
+        runners[hint] = {n: _queue_runner(compiled, x, n * per_level(n, quick), n) for n in CLIENTS}
         rows[hint] = {n: runners[hint][n]() for n in CLIENTS}
     faster = {n: runners[max(rows, key=lambda h: rows[h][n]["rps"])][n] for n in CLIENTS}
     return rows, single, faster
@@ -116,22 +119,29 @@ def server(config: Path, log: Path, cache: Path) -> Iterator[tuple[int, int]]:
     """`serve` with its own cache folder: no compiled blob of an earlier run is imported."""
     port = free_port()
     cmd = [*ov_serve_cmd(config, port), "--metrics_enable"]
-    with process(cmd, base_env(OVS_CACHE_DIR=str(cache)),
-                 lambda: http_ok(port, f"/v2/models/{MODEL}/ready"), log=log) as proc:
+    with process(
+        cmd,
+        base_env(OVS_CACHE_DIR=str(cache)),
+        lambda: http_ok(port, f"/v2/models/{MODEL}/ready"),
+        log=log,
+    ) as proc:
         yield port, proc.pid
 
 
-def first_answers(configs: dict[str, Path], root: Path, payload: cases.Payload, rounds: int
-                  ) -> dict[str, float]:
+def first_answers(
+    configs: dict[str, Path], root: Path, payload: cases.Payload, rounds: int
+) -> dict[str, float]:
     """Median seconds from launch to the first answer, per config, launches alternating."""
     times: dict[str, list[float]] = {label: [] for label in configs}
     for index in range(rounds):
         for label, config in configs.items():
             launched = time.perf_counter()
-            with server(config, root / f"{label}-start.log",
-                        root / f"start-cache-{label}-{index}") as (port, _):
+            with server(
+                config, root / f"{label}-start.log", root / f"start-cache-{label}-{index}"
+            ) as (port, _):
                 cases.rest_cases(port, payload, (cases.REST_KSERVE_BINARY,))[
-                    cases.REST_KSERVE_BINARY]()()
+                    cases.REST_KSERVE_BINARY
+                ]()()
                 times[label].append(time.perf_counter() - launched)
     return {label: statistics.median(values) for label, values in times.items()}
 
@@ -139,21 +149,24 @@ def first_answers(configs: dict[str, Path], root: Path, payload: cases.Payload, 
 def variant_counts(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    found = re.findall(r'ov_serverless_variant_requests\{[^}]*variant="(\w+)"\} ([0-9.e+]+)',
-                       text)
+    found = re.findall(r'ov_serverless_variant_requests\{[^}]*variant="(\w+)"\} ([0-9.e+]+)', text)
     return {variant: float(value) for variant, value in found}
 
 
 def streams(port: int) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    found = re.search(r'ovms_streams\{[^}]*\} ([0-9.]+)', text)
+    found = re.search(r"ovms_streams\{[^}]*\} ([0-9.]+)", text)
     return float(found.group(1)) if found else 0.0
 
 
-def served_sweep(factory: cases.Factory, port: int, quick: bool,
-                 raw_single: Callable[[], object], faster: dict[int, Callable[[], Row]]
-                 ) -> dict[int, Row]:
+def served_sweep(
+    factory: cases.Factory,
+    port: int,
+    quick: bool,
+    raw_single: Callable[[], object],
+    faster: dict[int, Callable[[], Row]],
+) -> dict[int, Row]:
     """Every client count against one server; 1 client paired with raw LATENCY, 8 clients
     between two runs of the faster raw queue; each row with the variants that served it."""
     rows: dict[int, Row] = {}
@@ -204,9 +217,12 @@ def mixed_phase(factory: cases.Factory, port: int, cycles: int) -> dict[str, Any
         bursts.append(max(times))
         burst_rows += times
     after = variant_counts(port)
-    return {"lone": summary(lone), "burst": summary(burst_rows),
-            "burst_rps": 8 * len(bursts) / sum(bursts),
-            "served": {k: v - before.get(k, 0.0) for k, v in after.items()}}
+    return {
+        "lone": summary(lone),
+        "burst": summary(burst_rows),
+        "burst_rps": 8 * len(bursts) / sum(bursts),
+        "served": {k: v - before.get(k, 0.0) for k, v in after.items()},
+    }
 
 
 # -- JSON ------------------------------------------------------------------------------------
@@ -223,9 +239,19 @@ def decode_bench(x: np.ndarray, repeat: int) -> dict[str, float]:
 
     spec = TensorSpec("input", dtypes.from_ov("f32"), tuple((d, d) for d in x.shape), "")
     tfs = orjson.dumps({"instances": x.tolist()})
-    kserve = orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape),
-                                       "datatype": "FP32", "data": x.ravel().tolist()}]})
-    csv = tfs[len(b'{"instances":'):-1].replace(b"[", b"").replace(b"]", b"")
+    kserve = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "data": x.ravel().tolist(),
+                }
+            ]
+        }
+    )
+    csv = tfs[len(b'{"instances":') : -1].replace(b"[", b"").replace(b"]", b"")
     parser = simdjson.Parser()
 
     def bare() -> object:
@@ -235,18 +261,23 @@ def decode_bench(x: np.ndarray, repeat: int) -> dict[str, float]:
         return array
 
     named = orjson.dumps({"instances": [{"input": row} for row in x.tolist()]})
-    calls = {"np_fromstring_ms": lambda: np.fromstring(csv, sep=","),
-             "simdjson_bare_ms": bare,
-             "tfs_decode_ms": lambda: tfs_rest.decode(tfs, {"input": spec}),
-             "kserve_decode_ms": lambda: kserve_rest.decode(kserve, None, {"input": spec}),
-             "tfs_named_rows_ms": lambda: tfs_rest.decode(named, {"input": spec})}
-    out = {name: 1e3 * statistics.median(latencies(call, repeat, warmup=2))
-           for name, call in calls.items()}
+    calls = {
+        "np_fromstring_ms": lambda: np.fromstring(csv, sep=","),
+        "simdjson_bare_ms": bare,
+        "tfs_decode_ms": lambda: tfs_rest.decode(tfs, {"input": spec}),
+        "kserve_decode_ms": lambda: kserve_rest.decode(kserve, None, {"input": spec}),
+        "tfs_named_rows_ms": lambda: tfs_rest.decode(named, {"input": spec}),
+    }
+    out = {
+        name: 1e3 * statistics.median(latencies(call, repeat, warmup=2))
+        for name, call in calls.items()
+    }
     saved, common.simdjson = common.simdjson, None  # the orjson path every body took before
     try:
         out["tfs_exact_ms"] = 1e3 * statistics.median(latencies(calls["tfs_decode_ms"], repeat))
         out["tfs_named_rows_exact_ms"] = 1e3 * statistics.median(
-            latencies(calls["tfs_named_rows_ms"], repeat))
+            latencies(calls["tfs_named_rows_ms"], repeat)
+        )
     finally:
         common.simdjson = saved
     out["body_bytes"] = float(len(tfs))
@@ -258,8 +289,10 @@ def decode_bench(x: np.ndarray, repeat: int) -> dict[str, float]:
 
 def weights_mb(model_file: Path) -> dict[str, float]:
     params = int(ov.Core().read_model(str(model_file)).get_rt_info("parameters").astype(str))
-    return {"bin_mb": model_file.with_suffix(".bin").stat().st_size / 2**20,
-            "f32_mb": params * 4 / 2**20}
+    return {
+        "bin_mb": model_file.with_suffix(".bin").stat().st_size / 2**20,
+        "f32_mb": params * 4 / 2**20,
+    }
 
 
 def plot(raw: dict[str, dict[int, Row]], served: dict[str, dict[int, Row]]) -> None:
@@ -268,8 +301,12 @@ def plot(raw: dict[str, dict[int, Row]], served: dict[str, dict[int, Row]]) -> N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lines = {"raw LATENCY": raw["LATENCY"], "raw THROUGHPUT": raw["THROUGHPUT"],
-             "serve fixed THROUGHPUT": served["fixed"], "serve adaptive": served["adaptive"]}
+    lines = {
+        "raw LATENCY": raw["LATENCY"],
+        "raw THROUGHPUT": raw["THROUGHPUT"],
+        "serve fixed THROUGHPUT": served["fixed"],
+        "serve adaptive": served["adaptive"],
+    }
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for label, rows in lines.items():
         style = "--" if label.startswith("raw") else "-"
@@ -289,15 +326,19 @@ def plot(raw: dict[str, dict[int, Row]], served: dict[str, dict[int, Row]]) -> N
 
 def table(doc: dict[str, Any]) -> list[str]:
     raw, served = doc["raw"], doc["served"]
-    lines = [f"load average at start {doc['load_start']}, end {doc['load_end']}",
-             f"{'clients':>7} | " + " | ".join(f"{k:>22}" for k in (
-                 "raw LATENCY", "raw THROUGHPUT", "serve fixed", "serve adaptive")),
-             f"{'':>7} | " + " | ".join(f"{'p50 ms':>10} {'req/s':>11}" for _ in range(4))]
+    lines = [
+        f"load average at start {doc['load_start']}, end {doc['load_end']}",
+        f"{'clients':>7} | "
+        + " | ".join(
+            f"{k:>22}" for k in ("raw LATENCY", "raw THROUGHPUT", "serve fixed", "serve adaptive")
+        ),
+        f"{'':>7} | " + " | ".join(f"{'p50 ms':>10} {'req/s':>11}" for _ in range(4)),
+    ]
     for n in CLIENTS:
-        rows = (raw["LATENCY"][n], raw["THROUGHPUT"][n], served["fixed"][n],
-                served["adaptive"][n])
-        lines.append(f"{n:>7} | " + " | ".join(f"{r['p50_ms']:>10.1f} {r['rps']:>11.1f}"
-                                               for r in rows))
+        rows = (raw["LATENCY"][n], raw["THROUGHPUT"][n], served["fixed"][n], served["adaptive"][n])
+        lines.append(
+            f"{n:>7} | " + " | ".join(f"{r['p50_ms']:>10.1f} {r['rps']:>11.1f}" for r in rows)
+        )
     for key, value in doc["targets"].items():
         lines.append(f"{key}: {value}")
     return lines
@@ -309,38 +350,43 @@ def targets(doc: dict[str, Any]) -> dict[str, Any]:
     mixed, dec, json_e2e = doc["mixed"], doc["decode"], doc["json_e2e"]
     raw_lat = one["raw_p50_ms"]  # the paired raw LATENCY run on the same server's turn
     best8 = max(doc["raw"][h][8]["rps"] for h in ("LATENCY", "THROUGHPUT"))
+    r = {
+        "one": one["p50_ms"] / one["raw_p50_ms"],
+        "fixed_one": fixed[1]["p50_ms"] / fixed[1]["raw_p50_ms"],
+        "eight": eight["rps"] / eight["raw_rps"],
+        "fixed_eight": fixed[8]["rps"] / fixed[8]["raw_rps"],
+        "tfs_json": json_e2e["tfs_json_p50_ms"] / json_e2e["binary_p50_ms"],
+        "kserve_json": json_e2e["kserve_json_p50_ms"] / json_e2e["binary_p50_ms"],
+        "lone": mixed["lone"]["p50_ms"] / raw_lat,
+    }
+    decode_ms = ("np_fromstring_ms", "simdjson_bare_ms", "tfs_decode_ms", "kserve_decode_ms")
+    exact_ms = ("tfs_exact_ms", "tfs_named_rows_exact_ms")
     return {
-        "adaptive 1 client p50 / raw LATENCY p50 (paired)":
-            f"{one['p50_ms'] / one['raw_p50_ms']:.2f} (target <= 1.10)",
-        "fixed 1 client p50 / raw LATENCY p50 (paired)":
-            f"{fixed[1]['p50_ms'] / fixed[1]['raw_p50_ms']:.2f}",
-        "adaptive 8 clients req/s / faster raw queue (around)":
-            f"{eight['rps'] / eight['raw_rps']:.2f} (target >= 0.95)",
-        "fixed 8 clients req/s / faster raw queue (around)":
-            f"{fixed[8]['rps'] / fixed[8]['raw_rps']:.2f}",
-        "mixed: lone p50 / raw LATENCY p50 (paired run)":
-            f"{mixed['lone']['p50_ms'] / raw_lat:.2f}",
+        "adaptive 1 client p50 / raw LATENCY p50 (paired)": f"{r['one']:.2f} (target <= 1.10)",
+        "fixed 1 client p50 / raw LATENCY p50 (paired)": f"{r['fixed_one']:.2f}",
+        "adaptive 8 clients req/s / faster raw queue (around)": f"{r['eight']:.2f} "
+        "(target >= 0.95)",
+        "fixed 8 clients req/s / faster raw queue (around)": f"{r['fixed_eight']:.2f}",
+        "mixed: lone p50 / raw LATENCY p50 (paired run)": f"{r['lone']:.2f}",
         "mixed: burst req/s / faster raw queue at 8": f"{mixed['burst_rps'] / best8:.2f}",
         "mixed: requests per variant": mixed["served"],
         "decode TFS / np.fromstring": f"{dec['tfs_decode_ms'] / dec['np_fromstring_ms']:.3f}"
-                                      f" (target <= 1.5)",
-        "decode KServe / np.fromstring":
-            f"{dec['kserve_decode_ms'] / dec['np_fromstring_ms']:.3f}",
-        "decode TFS / bare simdjson parse":
-            f"{dec['tfs_decode_ms'] / dec['simdjson_bare_ms']:.2f}",
-        "decode ms (fromstring, simdjson, TFS, KServe)":
-            f"{dec['np_fromstring_ms']:.1f}, {dec['simdjson_bare_ms']:.1f}, "
-            f"{dec['tfs_decode_ms']:.1f}, {dec['kserve_decode_ms']:.1f}",
-        "decode ms without the simdjson path (TFS, TFS named rows)":
-            f"{dec['tfs_exact_ms']:.1f}, {dec['tfs_named_rows_exact_ms']:.1f}",
+        " (target <= 1.5)",
+        "decode KServe / np.fromstring": f"{dec['kserve_decode_ms'] / dec['np_fromstring_ms']:.3f}",
+        "decode TFS / bare simdjson parse": f"{dec['tfs_decode_ms'] / dec['simdjson_bare_ms']:.2f}",
+        "decode ms (fromstring, simdjson, TFS, KServe)": ", ".join(
+            f"{dec[k]:.1f}" for k in decode_ms
+        ),
+        "decode ms without the simdjson path (TFS, TFS named rows)": ", ".join(
+            f"{dec[k]:.1f}" for k in exact_ms
+        ),
         "decode ms TFS named rows (fast path)": f"{dec['tfs_named_rows_ms']:.1f}",
-        "REST JSON p50 / KServe binary p50 (paired, 1 client)":
-            f"{json_e2e['tfs_json_p50_ms'] / json_e2e['binary_p50_ms']:.2f} (TFS), "
-            f"{json_e2e['kserve_json_p50_ms'] / json_e2e['binary_p50_ms']:.2f} (KServe)"
-            f" (target <= 1.10)",
+        "REST JSON p50 / KServe binary p50 (paired, 1 client)": f"{r['tfs_json']:.2f} (TFS), "
+        f"{r['kserve_json']:.2f} (KServe) (target <= 1.10)",
         "adaptive extra RSS / weights": doc["rss"]["summary"],
-        "launch to first answer s, median of alternating launches (fixed, adaptive)":
-            ", ".join(f"{doc['first_answer_s'][k]:.2f}" for k in ("fixed", "adaptive")),
+        "launch to first answer s, median of alternating launches (fixed, adaptive)": ", ".join(
+            f"{doc['first_answer_s'][k]:.2f}" for k in ("fixed", "adaptive")
+        ),
     }
 
 
@@ -358,34 +404,40 @@ def main(argv: list[str] | None = None) -> int:
     doc["served"], doc["rss_mb"] = {}, {}
     doc["first_answer_s"] = first_answers(configs, root, payload, 2 if args.quick else 3)
     for label in ("fixed", "adaptive"):
-        with server(configs[label], root / f"{label}.log", root / f"cache-{label}") as (port,
-                                                                                      pid):
+        with server(configs[label], root / f"{label}.log", root / f"cache-{label}") as (port, pid):
             binary = cases.rest_cases(port, payload, (cases.REST_KSERVE_BINARY,))
             factory = binary[cases.REST_KSERVE_BINARY]
             factory()()
             deadline = time.monotonic() + 60
             while label == "adaptive" and streams(port) < 2 and time.monotonic() < deadline:
                 time.sleep(0.2)  # the throughput variant compiles after the first answer
-            doc["served"][label] = served_sweep(factory, port, args.quick,
-                                                raw_single["LATENCY"], faster)
+            doc["served"][label] = served_sweep(
+                factory, port, args.quick, raw_single["LATENCY"], faster
+            )
             doc["rss_mb"][label] = rss_mb(pid)
             if label == "adaptive":
                 doc["mixed"] = mixed_phase(factory, port, 4 if args.quick else 8)
-                json_cases = cases.rest_cases(port, payload, (cases.REST_TFS_JSON,
-                                                              cases.REST_KSERVE_JSON))
+                json_cases = cases.rest_cases(
+                    port, payload, (cases.REST_TFS_JSON, cases.REST_KSERVE_JSON)
+                )
                 count = 20 if args.quick else 40
                 tfs, binary_row = paired(json_cases[cases.REST_TFS_JSON](), factory(), count)
                 kserve, _ = paired(json_cases[cases.REST_KSERVE_JSON](), factory(), count)
-                doc["json_e2e"] = {"tfs_json_p50_ms": tfs["p50_ms"],
-                                   "kserve_json_p50_ms": kserve["p50_ms"],
-                                   "binary_p50_ms": binary_row["p50_ms"]}
+                doc["json_e2e"] = {
+                    "tfs_json_p50_ms": tfs["p50_ms"],
+                    "kserve_json_p50_ms": kserve["p50_ms"],
+                    "binary_p50_ms": binary_row["p50_ms"],
+                }
     doc["decode"] = decode_bench(x, 10 if args.quick else 25)
     weights = weights_mb(model_file)
     extra = doc["rss_mb"]["adaptive"]["rss_mb"] - doc["rss_mb"]["fixed"]["rss_mb"]
-    doc["rss"] = {**weights, "extra_mb": extra,
-                  "summary": f"{extra:.0f} MB = {extra / weights['bin_mb']:.2f}x the FP16 .bin "
-                             f"({weights['bin_mb']:.0f} MB), {extra / weights['f32_mb']:.2f}x "
-                             f"the weights in f32 ({weights['f32_mb']:.0f} MB) (target <= 0.30)"}
+    doc["rss"] = {
+        **weights,
+        "extra_mb": extra,
+        "summary": f"{extra:.0f} MB = {extra / weights['bin_mb']:.2f}x the FP16 .bin "
+        f"({weights['bin_mb']:.0f} MB), {extra / weights['f32_mb']:.2f}x "
+        f"the weights in f32 ({weights['f32_mb']:.0f} MB) (target <= 0.30)",
+    }
     doc["load_end"] = os.getloadavg()
     doc["targets"] = targets(doc)
     save("adaptive", doc)

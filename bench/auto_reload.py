@@ -32,9 +32,22 @@ def _app(root: Path, batch_size: Any) -> Any:
     from core.serving.registry import ModelManager
 
     config = root / f"config-{batch_size}.json"
-    config.write_text(json.dumps({"model_config_list": [{"config": {
-        "name": "resnet", "base_path": str(root / "resnet"), "batch_size": batch_size,
-        "allow_cache": False}}]}))
+    config.write_text(
+        json.dumps(
+            {
+                "model_config_list": [
+                    {
+                        "config": {
+                            "name": "resnet",
+                            "base_path": str(root / "resnet"),
+                            "batch_size": batch_size,
+                            "allow_cache": False,
+                        }
+                    }
+                ]
+            }
+        )
+    )
     settings = Settings(config_path=str(config), cache_dir=str(root / f"cache-{batch_size}"))
     return App(ModelManager.start(settings), settings)
 
@@ -57,10 +70,15 @@ def _round(app: Any, batch: int, warm: int) -> dict[str, float]:
     warm_p50 = statistics.median(_predict(app, batch) for _ in range(warm))
     version = app.manager.get("resnet")
     timings = version.timings if version is not before else {}
-    return {"batch": batch, "first_s": first, "warm_p50_s": warm_p50,
-            "reload_cost_s": first - warm_p50, "read_s": timings.get("read_s", 0.0),
-            "compile_s": timings.get("compile_s", 0.0),
-            "auto_reload_s": timings.get("auto_reload_s", 0.0)}
+    return {
+        "batch": batch,
+        "first_s": first,
+        "warm_p50_s": warm_p50,
+        "reload_cost_s": first - warm_p50,
+        "read_s": timings.get("read_s", 0.0),
+        "compile_s": timings.get("compile_s", 0.0),
+        "auto_reload_s": timings.get("auto_reload_s", 0.0),
+    }
 
 
 def main() -> None:
@@ -85,10 +103,14 @@ def main() -> None:
     auto_runs = [r for r in rows["auto"] if r["auto_reload_s"]]
     cost = statistics.median(r["reload_cost_s"] for r in auto_runs)
     compile_s = statistics.median(r["compile_s"] for r in auto_runs)
-    ratio = statistics.median(a["warm_p50_s"] / d["warm_p50_s"]
-                              for a, d in zip(rows["auto"], rows["dynamic"], strict=True))
-    print(f"auto reload: +{cost:.3f} s on the request that triggers it (median of "
-          f"{len(auto_runs)}; compile {compile_s:.3f} s); warm p50 static/dynamic {ratio:.2f}")
+    ratio = statistics.median(
+        a["warm_p50_s"] / d["warm_p50_s"]
+        for a, d in zip(rows["auto"], rows["dynamic"], strict=True)
+    )
+    print(
+        f"auto reload: +{cost:.3f} s on the request that triggers it (median of "
+        f"{len(auto_runs)}; compile {compile_s:.3f} s); warm p50 static/dynamic {ratio:.2f}"
+    )
 
 
 if __name__ == "__main__":

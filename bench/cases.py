@@ -27,8 +27,7 @@ REST_KSERVE_BINARY = "REST KServe binary"
 REST_JPEG = "REST TFS jpeg (b64)"
 GRPC_TFS = "gRPC TFS tensor_content"
 GRPC_KSERVE = "gRPC KServe raw"
-ALL_CASES = (REST_TFS_JSON, REST_KSERVE_JSON, REST_KSERVE_BINARY, REST_JPEG, GRPC_TFS,
-             GRPC_KSERVE)
+ALL_CASES = (REST_TFS_JSON, REST_KSERVE_JSON, REST_KSERVE_BINARY, REST_JPEG, GRPC_TFS, GRPC_KSERVE)
 PEER_CASES = (REST_KSERVE_JSON, GRPC_KSERVE)  # what MLServer speaks (no REST binary, no TFS)
 
 
@@ -44,9 +43,18 @@ class Payload:
 
     @property
     def kserve_json(self) -> bytes:
-        return orjson.dumps({"inputs": [{"name": "input", "shape": list(self.x.shape),
-                                         "datatype": "FP32",
-                                         "data": self.x.reshape(-1).tolist()}]})
+        return orjson.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "input",
+                        "shape": list(self.x.shape),
+                        "datatype": "FP32",
+                        "data": self.x.reshape(-1).tolist(),
+                    }
+                ]
+            }
+        )
 
 
 def make_jpeg(size: int = 224, seed: int = 0) -> bytes:
@@ -81,13 +89,27 @@ def rest(port: int, path: str, body: bytes, headers: dict[str, str]) -> Factory:
 
 def kserve_binary(model: str, x: np.ndarray) -> dict[str, Any]:
     """The KServe binary-tensor request for `x` (path, body, headers), binary reply asked."""
-    header = orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape),
-                                       "datatype": "FP32",
-                                       "parameters": {"binary_data_size": x.nbytes}}],
-                           "parameters": {"binary_data_output": True}})
-    return {"path": f"/v2/models/{model}/infer", "body": header + x.tobytes(),
-            "headers": {"Inference-Header-Content-Length": str(len(header)),
-                        "Content-Type": "application/octet-stream"}}
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    )
+    return {
+        "path": f"/v2/models/{model}/infer",
+        "body": header + x.tobytes(),
+        "headers": {
+            "Inference-Header-Content-Length": str(len(header)),
+            "Content-Type": "application/octet-stream",
+        },
+    }
 
 
 def rest_cases(port: int, payload: Payload, cases: tuple[str, ...]) -> dict[str, Factory]:
@@ -95,18 +117,21 @@ def rest_cases(port: int, payload: Payload, cases: tuple[str, ...]) -> dict[str,
     json_headers = {"Content-Type": "application/json"}
     made: dict[str, Factory] = {}
     if REST_TFS_JSON in cases:
-        made[REST_TFS_JSON] = rest(port, f"/v1/models/{name}:predict", payload.tfs_json,
-                                   json_headers)
+        made[REST_TFS_JSON] = rest(
+            port, f"/v1/models/{name}:predict", payload.tfs_json, json_headers
+        )
     if REST_KSERVE_JSON in cases:
-        made[REST_KSERVE_JSON] = rest(port, f"/v2/models/{name}/infer", payload.kserve_json,
-                                      json_headers)
+        made[REST_KSERVE_JSON] = rest(
+            port, f"/v2/models/{name}/infer", payload.kserve_json, json_headers
+        )
     if REST_KSERVE_BINARY in cases:
         binary = kserve_binary(name, x)
         made[REST_KSERVE_BINARY] = rest(port, binary["path"], binary["body"], binary["headers"])
     if REST_JPEG in cases:
         images = [{"b64": base64.b64encode(payload.jpeg).decode()}] * x.shape[0]
-        made[REST_JPEG] = rest(port, f"/v1/models/{name}:predict",
-                               orjson.dumps({"instances": images}), json_headers)
+        made[REST_JPEG] = rest(
+            port, f"/v1/models/{name}:predict", orjson.dumps({"instances": images}), json_headers
+        )
     return made
 
 
@@ -119,8 +144,10 @@ def grpc_cases(port: int, payload: Payload, cases: tuple[str, ...]) -> dict[str,
     from protos.gen.tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
     x = payload.x
-    options = [("grpc.max_receive_message_length", 1 << 30),
-               ("grpc.max_send_message_length", 1 << 30)]
+    options = [
+        ("grpc.max_receive_message_length", 1 << 30),
+        ("grpc.max_send_message_length", 1 << 30),
+    ]
     predict = predict_pb2.PredictRequest()
     predict.model_spec.name = payload.model
     tensor = predict.inputs["input"]

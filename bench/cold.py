@@ -35,19 +35,39 @@ from bench.common import REPO, base_env, free_port, http_ok, median_of, process,
 
 CHILD = REPO / "bench" / "cold_child.py"
 EVENT = REPO / "tests" / "events" / "sam-cli-rendered" / "HttpApi.json"
-STAGES = ("process_s", "import_s", "config_s", "download_s", "read_s", "compile_s", "other_s",
-          "first_infer_s", "total_s")
+STAGES = (
+    "process_s",
+    "import_s",
+    "config_s",
+    "download_s",
+    "read_s",
+    "compile_s",
+    "other_s",
+    "first_infer_s",
+    "total_s",
+)
 
 
-def request_file(root: Path, model: str, model_file: Path, x: np.ndarray,
-                 extra: dict[str, Any] | None = None, name: str = "cold-request") -> Path:
+def request_file(
+    root: Path,
+    model: str,
+    model_file: Path,
+    x: np.ndarray,
+    extra: dict[str, Any] | None = None,
+    name: str = "cold-request",
+) -> Path:
     http = kserve_binary(model, x)
     event: dict[str, Any] = json.loads(EVENT.read_text())
     event["rawPath"] = event["requestContext"]["http"]["path"] = http["path"]
     event["headers"] = {k.lower(): v for k, v in http["headers"].items()}
     event.update(body=base64.b64encode(http["body"]).decode(), isBase64Encoded=True)
-    doc = {"event": event, "http": {**http, "body": http["body"].hex()},
-           "model_file": str(model_file), "shape": list(x.shape), **(extra or {})}
+    doc = {
+        "event": event,
+        "http": {**http, "body": http["body"].hex()},
+        "model_file": str(model_file),
+        "shape": list(x.shape),
+        **(extra or {}),
+    }
     path = root / f"{name}.json"
     path.write_text(json.dumps(doc))
     return path
@@ -55,8 +75,14 @@ def request_file(root: Path, model: str, model_file: Path, x: np.ndarray,
 
 def probe(host: str, request: Path, env: dict[str, str]) -> dict[str, float]:
     started = time.time()
-    out = subprocess.run([sys.executable, str(CHILD), host, str(request)], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(CHILD), host, str(request)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"cold {host}: {out.stderr[-2000:]}")
     (line,) = [item for item in out.stdout.splitlines() if item.startswith("BENCH ")]
@@ -79,13 +105,15 @@ def probe(host: str, request: Path, env: dict[str, str]) -> dict[str, float]:
     }
 
 
-def real(cmd: list[str], port: int, http: dict[str, Any], env: dict[str, str],
-         log: Path) -> dict[str, float]:
+def real(
+    cmd: list[str], port: int, http: dict[str, Any], env: dict[str, str], log: Path
+) -> dict[str, float]:
     """Popen -> first 200 of a predict; then idle and peak RSS after 20 more requests."""
     body, headers = http["body"], http["headers"]
     started = time.time()
-    with process(cmd, env, lambda: http_ok(port, http["path"], "POST", body, headers),
-                 log=log) as proc:
+    with process(
+        cmd, env, lambda: http_ok(port, http["path"], "POST", body, headers), log=log
+    ) as proc:
         first = time.time() - started
         for _ in range(20):
             http_ok(port, http["path"], "POST", body, headers)
@@ -102,10 +130,18 @@ def compile_sources() -> None:
         compileall.compile_dir(REPO / package, quiet=1)
 
 
-def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray,
-        repeat: int, remotes: list[dict[str, Any]], with_peer: bool,
-        variants: dict[str, dict[str, str]] | None = None,
-        ff_variants: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+def run(
+    root: Path,
+    model: str,
+    model_dir: Path,
+    model_file: Path,
+    x: np.ndarray,
+    repeat: int,
+    remotes: list[dict[str, Any]],
+    with_peer: bool,
+    variants: dict[str, dict[str, str]] | None = None,
+    ff_variants: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
     """Every scenario `repeat` times, interleaved (round after round of every scenario, so a
     slow spell of the machine hits all rows alike); medians. `variants` / `ff_variants`: extra
     env sets to compare, for the Lambda probe / the real functions-framework. `remotes`: the
@@ -114,8 +150,7 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
     compile_sources()
     request = request_file(root, model, model_file, x)
     http = kserve_binary(model, x)
-    local = {"OVS_MODEL_NAME": model, "OVS_MODEL_PATH": str(model_dir),
-             "OVS_LOG_LEVEL": "WARNING"}
+    local = {"OVS_MODEL_NAME": model, "OVS_MODEL_PATH": str(model_dir), "OVS_LOG_LEVEL": "WARNING"}
     scenarios: dict[str, Any] = {}
     counter = iter(range(10**6))
 
@@ -129,65 +164,179 @@ def run(root: Path, model: str, model_dir: Path, model_file: Path, x: np.ndarray
 
     add("minimal script", lambda: probe("minimal", request, base_env()))
     lam = {**local, "AWS_LAMBDA_FUNCTION_NAME": "bench"}
-    add("Lambda handler", lambda: probe("lambda", request, base_env(
-        **lam, OVS_CACHE_DIR=fresh_cache())))
+    add(
+        "Lambda handler",
+        lambda: probe("lambda", request, base_env(**lam, OVS_CACHE_DIR=fresh_cache())),
+    )
+
     def ov_cache(path: str) -> dict[str, str]:  # OpenVINO's own CACHE_DIR, the old default
         return {"OVS_PLUGIN_CONFIG": json.dumps({"CACHE_DIR": path})}
 
-    add("Lambda, OV CACHE_DIR empty", lambda: probe("lambda", request, base_env(
-        **lam, OVS_CACHE_DIR=fresh_cache(), **ov_cache(fresh_cache()))))
+    add(
+        "Lambda, OV CACHE_DIR empty",
+        lambda: probe(
+            "lambda",
+            request,
+            base_env(**lam, OVS_CACHE_DIR=fresh_cache(), **ov_cache(fresh_cache())),
+        ),
+    )
     warm_cache = fresh_cache()
     probe("lambda", request, base_env(**lam, OVS_CACHE_DIR=fresh_cache(), **ov_cache(warm_cache)))
-    add("Lambda, OV CACHE_DIR hit", lambda: probe("lambda", request, base_env(
-        **lam, OVS_CACHE_DIR=fresh_cache(), **ov_cache(warm_cache))))
+    add(
+        "Lambda, OV CACHE_DIR hit",
+        lambda: probe(
+            "lambda", request, base_env(**lam, OVS_CACHE_DIR=fresh_cache(), **ov_cache(warm_cache))
+        ),
+    )
     for name, extra in (variants or {}).items():
-        add(name, lambda extra=extra: probe("lambda", request, base_env(
-            **lam, OVS_CACHE_DIR=fresh_cache(), **extra)))
-    add("functions-framework (probe)", lambda: probe("cloud_run", request, base_env(
-        **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache())))
-    add("serve (probe)", lambda: probe("serve", request, base_env(  # serve's THROUGHPUT hint
-        **local, OVS_CONCURRENT="1", OVS_CACHE_DIR=fresh_cache())))
+        add(
+            name,
+            lambda extra=extra: probe(
+                "lambda", request, base_env(**lam, OVS_CACHE_DIR=fresh_cache(), **extra)
+            ),
+        )
+    add(
+        "functions-framework (probe)",
+        lambda: probe(
+            "cloud_run", request, base_env(**local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache())
+        ),
+    )
+    add(
+        "serve (probe)",
+        lambda: probe(
+            "serve",
+            request,
+            base_env(  # serve's THROUGHPUT hint
+                **local, OVS_CONCURRENT="1", OVS_CACHE_DIR=fresh_cache()
+            ),
+        ),
+    )
     ff = str(Path(sys.executable).parent / "functions-framework")
     port = free_port()
-    ff_cmd = [ff, "--source", str(REPO / "handlers" / "cloud_run.py"), "--target", "predict",
-              "--host", "127.0.0.1", "--port", str(port)]
+    ff_cmd = [
+        ff,
+        "--source",
+        str(REPO / "handlers" / "cloud_run.py"),
+        "--target",
+        "predict",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     socket_on = [sys.executable, str(REPO / "bench" / "ff_control_socket.py"), *ff_cmd[1:]]
-    ff_rows = {"functions-framework (real)": (ff_cmd, {}),
-               **{name: (ff_cmd, extra) for name, extra in (ff_variants or {}).items()},
-               "functions-framework, control socket on": (socket_on, {})}
+    ff_rows = {
+        "functions-framework (real)": (ff_cmd, {}),
+        **{name: (ff_cmd, extra) for name, extra in (ff_variants or {}).items()},
+        "functions-framework, control socket on": (socket_on, {}),
+    }
     for name, (cmd, extra) in ff_rows.items():
-        add(name, lambda cmd=cmd, extra=extra: real(cmd, port, http, base_env(
-            **local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache(), **extra), root / "ff.log"))
-    floor = [str(REPO / "bench" / "ff_floor.py") if part.endswith("cloud_run.py") else part
-             for part in ff_cmd]
-    add("functions-framework floor", lambda: real(floor, port, http, base_env(
-        BENCH_MODEL_FILE=str(model_file)), root / "ff-floor.log"))
-    add("serve (real)", lambda: real(
-        [sys.executable, "-m", "handlers.cli", "serve", "--model_name", model, "--model_path",
-         str(model_dir), "--rest_port", str(port), "--log_level", "WARNING"], port, http,
-        base_env(OVS_CACHE_DIR=fresh_cache()), root / "serve.log"))
+        add(
+            name,
+            lambda cmd=cmd, extra=extra: real(
+                cmd,
+                port,
+                http,
+                base_env(**local, K_SERVICE="bench", OVS_CACHE_DIR=fresh_cache(), **extra),
+                root / "ff.log",
+            ),
+        )
+    floor = [
+        str(REPO / "bench" / "ff_floor.py") if part.endswith("cloud_run.py") else part
+        for part in ff_cmd
+    ]
+    add(
+        "functions-framework floor",
+        lambda: real(
+            floor, port, http, base_env(BENCH_MODEL_FILE=str(model_file)), root / "ff-floor.log"
+        ),
+    )
+    add(
+        "serve (real)",
+        lambda: real(
+            [
+                sys.executable,
+                "-m",
+                "handlers.cli",
+                "serve",
+                "--model_name",
+                model,
+                "--model_path",
+                str(model_dir),
+                "--rest_port",
+                str(port),
+                "--log_level",
+                "WARNING",
+            ],
+            port,
+            http,
+            base_env(OVS_CACHE_DIR=fresh_cache()),
+            root / "serve.log",
+        ),
+    )
     if with_peer:
         grpc_port, metrics_port = free_port(), free_port()
-        repo = peer.write_repository(root / "peer-cold", {model: model_file}, port, grpc_port,
-                                     metrics_port, {"PERFORMANCE_HINT": "LATENCY"})
-        as_json = {"path": http["path"], "headers": {"Content-Type": "application/json"},
-                   "body": orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape),
-                                                     "datatype": "FP32",
-                                                     "data": x.reshape(-1).tolist()}]})}
-        add("MLServer (real, JSON)", lambda: real(peer.command(repo), port, as_json,
-                                                  base_env(), root / "peer-cold.log"))
+        repo = peer.write_repository(
+            root / "peer-cold",
+            {model: model_file},
+            port,
+            grpc_port,
+            metrics_port,
+            {"PERFORMANCE_HINT": "LATENCY"},
+        )
+        as_json = {
+            "path": http["path"],
+            "headers": {"Content-Type": "application/json"},
+            "body": orjson.dumps(
+                {
+                    "inputs": [
+                        {
+                            "name": "input",
+                            "shape": list(x.shape),
+                            "datatype": "FP32",
+                            "data": x.reshape(-1).tolist(),
+                        }
+                    ]
+                }
+            ),
+        }
+        add(
+            "MLServer (real, JSON)",
+            lambda: real(peer.command(repo), port, as_json, base_env(), root / "peer-cold.log"),
+        )
     for remote in remotes:
         label, store = remote["label"], remote["store"]
-        remote_request = request_file(root, model, model_file, x, {
-            "bucket": remote["bucket"], "keys": remote["keys"],
-            "download_dir": str(root / f"minimal-download-{store}")}, f"cold-request-{store}")
-        host, on = remote["host"], {**(lam if remote["host"] == "lambda" else local),
-                                    **remote["env"], "OVS_MODEL_PATH": remote["url"]}
-        add(f"minimal script, {label}", functools.partial(
-            probe, f"minimal-{store}", remote_request, base_env(**remote["env"])))
+        remote_request = request_file(
+            root,
+            model,
+            model_file,
+            x,
+            {
+                "bucket": remote["bucket"],
+                "keys": remote["keys"],
+                "download_dir": str(root / f"minimal-download-{store}"),
+            },
+            f"cold-request-{store}",
+        )
+        host, on = (
+            remote["host"],
+            {
+                **(lam if remote["host"] == "lambda" else local),
+                **remote["env"],
+                "OVS_MODEL_PATH": remote["url"],
+            },
+        )
+        add(
+            f"minimal script, {label}",
+            functools.partial(probe, f"minimal-{store}", remote_request, base_env(**remote["env"])),
+        )
         for name, extra in {remote["row"]: {}, **remote["variants"]}.items():
-            add(name, lambda host=host, on=on, extra=extra: probe(host, request, base_env(
-                **{**on, **extra}, OVS_CACHE_DIR=fresh_cache())))
+            add(
+                name,
+                lambda host=host, on=on, extra=extra: probe(
+                    host, request, base_env(**{**on, **extra}, OVS_CACHE_DIR=fresh_cache())
+                ),
+            )
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in scenarios}
     for _ in range(repeat):
         for name, fn in scenarios.items():
@@ -211,17 +360,24 @@ def ratio(cold: dict[str, Any], name: str) -> tuple[float, float, float]:
     """A scenario's median total over its minimal script's, and the lowest and highest of its
     total over the minimal script's of the same round (the spread a single run can show)."""
     base = baseline(cold["rows"], name)
-    paired = [run["total_s"] / ref["total_s"]
-              for run, ref in zip(cold["runs"][name], cold["runs"][base], strict=True)]
+    paired = [
+        run["total_s"] / ref["total_s"]
+        for run, ref in zip(cold["runs"][name], cold["runs"][base], strict=True)
+    ]
     return cold["rows"][name]["total_s"] / cold["rows"][base]["total_s"], min(paired), max(paired)
 
 
 def report(cold: dict[str, Any]) -> list[str]:
-    lines = [f"{'cold start (median, ms)':32}" + "".join(f"{s[:-2]:>9}" for s in STAGES)
-             + f"{'vs min':>8}{'paired':>12}{'RSS MB':>8}{'peak':>7}"]
+    lines = [
+        f"{'cold start (median, ms)':32}"
+        + "".join(f"{s[:-2]:>9}" for s in STAGES)
+        + f"{'vs min':>8}{'paired':>12}{'RSS MB':>8}{'peak':>7}"
+    ]
     for name, row in cold["rows"].items():
         median, low, high = ratio(cold, name)
         cells = "".join(f"{1e3 * row[s]:9.0f}" if s in row else f"{'':>9}" for s in STAGES)
-        lines.append(f"{name:32}{cells}{median:7.2f}x{low:6.2f}-{high:.2f}"
-                     f"{row['rss_mb']:8.0f}{row['peak_mb']:7.0f}")
+        lines.append(
+            f"{name:32}{cells}{median:7.2f}x{low:6.2f}-{high:.2f}"
+            f"{row['rss_mb']:8.0f}{row['peak_mb']:7.0f}"
+        )
     return lines

@@ -39,9 +39,11 @@ class _Downloads(logging.Handler):
         self.seconds = 0.0
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage() in ("model version ready", "compiled blob ready",
-                                   "model weights ready") and \
-                not getattr(record, "cached", True):
+        if record.getMessage() in (
+            "model version ready",
+            "compiled blob ready",
+            "model weights ready",
+        ) and not getattr(record, "cached", True):
             self.seconds += float(getattr(record, "seconds", 0.0))
 
 
@@ -91,8 +93,14 @@ def minimal(request: dict[str, Any], store: str) -> dict[str, Any]:
     x = np.zeros(request["shape"], np.float32)
     compiled.create_infer_request().infer({0: x})
     _ALIVE.append(compiled)  # memory is read after return: keep the model, as a server does
-    return {"t_imported": t_imported, "t_ready": t_ready, "t_done": time.time(),
-            "download_s": download_s, "read_s": 0.0, "compile_s": compile_s}
+    return {
+        "t_imported": t_imported,
+        "t_ready": t_ready,
+        "t_done": time.time(),
+        "download_s": download_s,
+        "read_s": 0.0,
+        "compile_s": compile_s,
+    }
 
 
 def _s3_fetcher(bucket: str) -> Any:
@@ -108,7 +116,8 @@ def _azure_fetcher(container: str) -> Any:
     from azure.storage.blob import ContainerClient
 
     client = ContainerClient.from_connection_string(
-        os.environ["AZURE_STORAGE_CONNECTION_STRING"], container)
+        os.environ["AZURE_STORAGE_CONNECTION_STRING"], container
+    )
 
     def get(key: str, dest: Path) -> None:
         with dest.open("wb") as file:
@@ -142,14 +151,17 @@ def azure_host(request: dict[str, Any]) -> dict[str, Any]:
     class Context:
         invocation_id = "bench"
 
-    call = func.HttpRequest("POST", f"https://bench.azurewebsites.net{http['path']}",
-                            body=http["body"], headers=http["headers"],
-                            route_params={"path": http["path"][1:]})
+    call = func.HttpRequest(
+        "POST",
+        f"https://bench.azurewebsites.net{http['path']}",
+        body=http["body"],
+        headers=http["headers"],
+        route_params={"path": http["path"][1:]},
+    )
     reply = function.get_user_function()(call, Context())
     if reply.status_code != 200:
         raise SystemExit(f"azure: {reply.status_code} {reply.get_body()[:300]!r}")
-    return {"t_imported": t_imported, "t_ready": t_ready, "t_done": time.time(),
-            **_model_timings()}
+    return {"t_imported": t_imported, "t_ready": t_ready, "t_done": time.time(), **_model_timings()}
 
 
 def lambda_host(request: dict[str, Any]) -> dict[str, Any]:
@@ -166,8 +178,13 @@ def lambda_host(request: dict[str, Any]) -> dict[str, Any]:
     if reply["statusCode"] != 200:
         raise SystemExit(f"lambda: {reply['statusCode']} {reply['body'][:300]}")
     cold = handler.cold_start
-    return {"t_imported": t_import + cold["import_s"], "t_ready": t_ready, "t_done": t_done,
-            "config_s": cold["config_s"], **_model_timings()}
+    return {
+        "t_imported": t_import + cold["import_s"],
+        "t_ready": t_ready,
+        "t_done": t_done,
+        "config_s": cold["config_s"],
+        **_model_timings(),
+    }
 
 
 def cloud_run(request: dict[str, Any]) -> dict[str, Any]:
@@ -186,8 +203,7 @@ def cloud_run(request: dict[str, Any]) -> dict[str, Any]:
     reply = client.post(http["path"], data=http["body"], headers=http["headers"])
     if reply.status_code != 200:
         raise SystemExit(f"cloud_run: {reply.status_code} {reply.data[:300]!r}")
-    return {"t_imported": t_imported, "t_ready": t_ready, "t_done": time.time(),
-            **_model_timings()}
+    return {"t_imported": t_imported, "t_ready": t_ready, "t_done": time.time(), **_model_timings()}
 
 
 def serve(request: dict[str, Any]) -> dict[str, Any]:
@@ -202,8 +218,7 @@ def serve(request: dict[str, Any]) -> dict[str, Any]:
     response = app.handle(api.make_request("POST", http["path"], http["body"], http["headers"]))
     if response.status != 200:
         raise SystemExit(f"serve: {response.status} {response.body[:200]!r}")
-    return {"t_imported": t_imported, "t_ready": t_ready, "t_done": time.time(),
-            **_model_timings()}
+    return {"t_imported": t_imported, "t_ready": t_ready, "t_done": time.time(), **_model_timings()}
 
 
 def main() -> None:
@@ -218,8 +233,7 @@ def main() -> None:
     if host.startswith("minimal"):
         result = minimal(request, store=host.partition("-")[2])
     else:
-        hosts = {"lambda": lambda_host, "azure": azure_host, "cloud_run": cloud_run,
-                 "serve": serve}
+        hosts = {"lambda": lambda_host, "azure": azure_host, "cloud_run": cloud_run, "serve": serve}
         result = hosts[host](request)
         result["download_s"] = downloads.seconds
     result["t_main"] = T_MAIN

@@ -52,12 +52,16 @@ def environ(extra: dict[str, str], drop: tuple[str, ...] = ()) -> Iterator[None]
 
 
 @contextmanager
-def process(cmd: list[str], env: dict[str, str], ready: Callable[[], bool],
-            timeout: float = 120, log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def process(
+    cmd: list[str],
+    env: dict[str, str],
+    ready: Callable[[], bool],
+    timeout: float = 120,
+    log: Path | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run `cmd` until `ready()` answers True; terminate it (and wait) on exit."""
     out = log.open("ab") if log else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=out, stderr=out,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=out, stderr=out, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
         while not ready():
@@ -79,8 +83,13 @@ def process(cmd: list[str], env: dict[str, str], ready: Callable[[], bool],
             out.close()  # type: ignore[union-attr]
 
 
-def http_ok(port: int, path: str, method: str = "GET", body: bytes | None = None,
-            headers: dict[str, str] | None = None) -> bool:
+def http_ok(
+    port: int,
+    path: str,
+    method: str = "GET",
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> bool:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
         conn.request(method, path, body=body, headers=headers or {})
@@ -94,8 +103,20 @@ def http_ok(port: int, path: str, method: str = "GET", body: bytes | None = None
 
 
 def ov_serve_cmd(config: Path, rest_port: int, grpc_port: int = 0) -> list[str]:
-    return [sys.executable, "-m", "handlers.cli", "serve", "--config_path", str(config),
-            "--rest_port", str(rest_port), "--port", str(grpc_port), "--log_level", "WARNING"]
+    return [
+        sys.executable,
+        "-m",
+        "handlers.cli",
+        "serve",
+        "--config_path",
+        str(config),
+        "--rest_port",
+        str(rest_port),
+        "--port",
+        str(grpc_port),
+        "--log_level",
+        "WARNING",
+    ]
 
 
 # -- load ------------------------------------------------------------------------------------
@@ -161,8 +182,11 @@ def summary(times: list[float]) -> Row:
     def pick(q: float) -> float:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
-    return {"p50_ms": 1e3 * statistics.median(ordered), "p90_ms": 1e3 * pick(0.9),
-            "p99_ms": 1e3 * pick(0.99)}
+    return {
+        "p50_ms": 1e3 * statistics.median(ordered),
+        "p90_ms": 1e3 * pick(0.9),
+        "p99_ms": 1e3 * pick(0.99),
+    }
 
 
 # -- memory ----------------------------------------------------------------------------------
@@ -200,8 +224,11 @@ def _private_kb(pid: int) -> int:
         text = Path(f"/proc/{pid}/smaps_rollup").read_text()
     except OSError:
         return 0
-    return sum(int(line.split()[1]) for line in text.splitlines()
-               if line.startswith(("Private_Clean:", "Private_Dirty:")))
+    return sum(
+        int(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith(("Private_Clean:", "Private_Dirty:"))
+    )
 
 
 def rss_mb(pid: int) -> dict[str, float]:
@@ -209,8 +236,10 @@ def rss_mb(pid: int) -> dict[str, float]:
     descendants (pages a forked worker shares with its parent count once), and the peak
     (sum of VmHWM: an upper bound)."""
     root, *children = tree(pid)
-    return {"rss_mb": (_status_kb(root, "VmRSS") + sum(map(_private_kb, children))) / 1024,
-            "peak_mb": sum(_status_kb(p, "VmHWM") for p in (root, *children)) / 1024}
+    return {
+        "rss_mb": (_status_kb(root, "VmRSS") + sum(map(_private_kb, children))) / 1024,
+        "peak_mb": sum(_status_kb(p, "VmHWM") for p in (root, *children)) / 1024,
+    }
 
 
 # -- files -----------------------------------------------------------------------------------

@@ -27,8 +27,11 @@ _ready = threading.Event()
 
 
 def _compile() -> None:
-    _compiled.append(ov.Core().compile_model(os.environ["BENCH_MODEL_FILE"], "CPU",
-                                             {"PERFORMANCE_HINT": "LATENCY"}))
+    _compiled.append(
+        ov.Core().compile_model(
+            os.environ["BENCH_MODEL_FILE"], "CPU", {"PERFORMANCE_HINT": "LATENCY"}
+        )
+    )
     _ready.set()
 
 

@@ -39,8 +39,12 @@ def measure_grpc(payload: cases.Payload, seconds: float, count: int) -> Row:
 
 def _against_sleep(call: cases.Call, seconds: float, count: int) -> Row:
     served, raw = paired(call, lambda: time.sleep(seconds), count)
-    return {**served, "raw_p50_ms": raw["p50_ms"], "p50_ratio": served["p50_ms"] / raw["p50_ms"],
-            "sleep_ms": seconds * 1e3}
+    return {
+        **served,
+        "raw_p50_ms": raw["p50_ms"],
+        "p50_ratio": served["p50_ms"] / raw["p50_ms"],
+        "sleep_ms": seconds * 1e3,
+    }
 
 
 def _grpc_ready(port: int) -> bool:
@@ -69,8 +73,13 @@ def main(argv: list[str]) -> int:
             time.sleep(seconds)
         return Response(200, REPLY, {"content-type": "application/octet-stream"})
 
-    server = http_server.Server(handle, http_server.listen("127.0.0.1", port), threads=4,
-                                read_timeout=30.0, max_body=1 << 26)
+    server = http_server.Server(
+        handle,
+        http_server.listen("127.0.0.1", port),
+        threads=4,
+        read_timeout=30.0,
+        max_body=1 << 26,
+    )
     server.serve_forever()
     return 0
 
@@ -97,8 +106,13 @@ def _serve_grpc(port: int, seconds: float) -> int:
             time.sleep(seconds)
             return reply
 
-    server = grpc.server(futures.ThreadPoolExecutor(8), options=[
-        ("grpc.max_receive_message_length", 1 << 30), ("grpc.max_send_message_length", 1 << 30)])
+    server = grpc.server(
+        futures.ThreadPoolExecutor(8),
+        options=[
+            ("grpc.max_receive_message_length", 1 << 30),
+            ("grpc.max_send_message_length", 1 << 30),
+        ],
+    )
     service.add_GRPCInferenceServiceServicer_to_server(Floor(), server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()

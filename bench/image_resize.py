@@ -20,8 +20,7 @@ from core.codecs import images
 from core.tensors import dtypes
 from core.tensors.spec import TensorSpec
 
-SPEC = TensorSpec("input", dtypes.from_ov("f32"), ((1, 1), (3, 3), (224, 224), (224, 224)),
-                  "NCHW")
+SPEC = TensorSpec("input", dtypes.from_ov("f32"), ((1, 1), (3, 3), (224, 224), (224, 224)), "NCHW")
 
 
 def pillow_bilinear(data: bytes) -> np.ndarray:
@@ -46,10 +45,13 @@ def main(count: int) -> None:
     print("|---|---:|---:|---:|")
     for label, data in jpegs().items():
         batch = np.array([data], dtype=object)
-        new, old = paired(lambda b=batch: images.decode_batch(b, SPEC),
-                          lambda d=data: pillow_bilinear(d), count)
-        print(f"| {label} | {new['p50_ms']:.2f} | {old['p50_ms']:.2f} | "
-              f"{new['p50_ms'] / old['p50_ms']:.2f} |")
+        new, old = paired(
+            lambda b=batch: images.decode_batch(b, SPEC), lambda d=data: pillow_bilinear(d), count
+        )
+        print(
+            f"| {label} | {new['p50_ms']:.2f} | {old['p50_ms']:.2f} | "
+            f"{new['p50_ms'] / old['p50_ms']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ class _Builder:
         self.rng = np.random.default_rng(seed)
         self.params = 0
 
-    def conv(self, x: ov.Node | ov.Output, out: int, kernel: int, stride: int = 1, relu: bool = True
-             ) -> ov.Node:
+    def conv(
+        self, x: ov.Node | ov.Output, out: int, kernel: int, stride: int = 1, relu: bool = True
+    ) -> ov.Node:
         channels = _channels(x)
         fan_in = channels * kernel * kernel
         weights = self.rng.standard_normal((out, channels, kernel, kernel), dtype=np.float32)
@@ -30,8 +31,9 @@ class _Builder:
         bias = np.zeros((1, out, 1, 1), dtype=np.float32)
         self.params += weights.size + out
         pad = kernel // 2
-        y = ops.convolution(x, ops.constant(weights), [stride, stride], [pad, pad], [pad, pad],
-                            [1, 1])
+        y = ops.convolution(
+            x, ops.constant(weights), [stride, stride], [pad, pad], [pad, pad], [1, 1]
+        )
         y = ops.add(y, ops.constant(bias))
         return ops.relu(y) if relu else y
 

@@ -35,8 +35,13 @@ from PIL import Image, ImageDraw, ImageFont
 from bench.common import REPO, base_env, free_port
 from examples.ocr.build import build
 
-LINES = ("Quarterly report 2024", "Revenue grew by 12.5%", "OpenVINO Model Server",
-         "Serverless inference", "Contact: ocr@example.com")
+LINES = (
+    "Quarterly report 2024",
+    "Revenue grew by 12.5%",
+    "OpenVINO Model Server",
+    "Serverless inference",
+    "Contact: ocr@example.com",
+)
 
 
 def photo() -> bytes:
@@ -71,11 +76,13 @@ def by_hand(root: Path) -> Callable[[bytes], list[str]]:
     def read(data: bytes) -> list[str]:
         with Image.open(io.BytesIO(data)) as image:
             pixels = np.ascontiguousarray(np.asarray(image.convert("RGB"))[:, :, ::-1][None])
-        found = boxes_node.execute({"image": pixels, "probabilities": detect(pixels)[0]}, {},
-                                   settings)
+        found = boxes_node.execute(
+            {"image": pixels, "probabilities": detect(pixels)[0]}, {}, settings
+        )
         characters = np.stack([recognise(crop)[0] for crop in found["crops"]])
-        done = decode_node.execute({"probabilities": characters, "boxes": found["boxes"]}, {},
-                                   charset)
+        done = decode_node.execute(
+            {"probabilities": characters, "boxes": found["boxes"]}, {}, charset
+        )
         return [str(t) for t in done["texts"]]
 
     return read
@@ -116,11 +123,24 @@ def start_serve(root: Path, cache: Path) -> tuple[subprocess.Popen[bytes], str]:
     import requests
 
     port = free_port()
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "ov-serverless"), "serve",
-                             "--rest_port", str(port), "--config_path", str(root / "config.json"),
-                             "--cache_dir", str(cache), "--log_level", "WARNING"],
-                            env=base_env(), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "ov-serverless"),
+            "serve",
+            "--rest_port",
+            str(port),
+            "--config_path",
+            str(root / "config.json"),
+            "--cache_dir",
+            str(cache),
+            "--log_level",
+            "WARNING",
+        ],
+        env=base_env(),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -133,8 +153,9 @@ def start_serve(root: Path, cache: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise TimeoutError("serve did not get ready")
 
 
-def warm(readers: dict[str, Callable[[bytes], list[str]]], data: bytes, rounds: int
-         ) -> dict[str, tuple[float, float]]:
+def warm(
+    readers: dict[str, Callable[[bytes], list[str]]], data: bytes, rounds: int
+) -> dict[str, tuple[float, float]]:
     """(median, fastest) seconds per reader; the fastest is the least disturbed by other
     load on a shared machine."""
     for read in readers.values():  # warm up, and all must read the same
@@ -175,7 +196,8 @@ def cold(root: Path, data: bytes, runs: int, work: Path) -> dict[str, float]:
     image = work / "photo.jpg"
     image.write_bytes(data)
     event: dict[str, Any] = json.loads(
-        (REPO / "tests/events/powertools/lambdaFunctionUrlEvent.json").read_text())
+        (REPO / "tests/events/powertools/lambdaFunctionUrlEvent.json").read_text()
+    )
     body = json.dumps({"inputs": {"image": [{"b64": base64.b64encode(data).decode()}]}})
     event["rawPath"] = event["requestContext"]["http"]["path"] = "/v1/models/ocr:predict"
     event["requestContext"]["http"]["method"] = "POST"
@@ -183,13 +205,22 @@ def cold(root: Path, data: bytes, runs: int, work: Path) -> dict[str, float]:
     (work / "event.json").write_text(json.dumps(event))
     times: dict[str, list[float]] = {"lambda": [], "script": []}
     for run in range(runs):
-        env = base_env(OVS_CONFIG_PATH=str(root / "config.json"),
-                       OVS_CACHE_DIR=str(work / f"cache-{run}"))
-        for name, code, args in (("lambda", _LAMBDA, [str(work / "event.json")]),
-                                 ("script", _SCRIPT, [str(root), str(image)])):
+        env = base_env(
+            OVS_CONFIG_PATH=str(root / "config.json"), OVS_CACHE_DIR=str(work / f"cache-{run}")
+        )
+        for name, code, args in (
+            ("lambda", _LAMBDA, [str(work / "event.json")]),
+            ("script", _SCRIPT, [str(root), str(image)]),
+        ):
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO, check=True,
-                           capture_output=True, timeout=300)
+            subprocess.run(
+                [sys.executable, "-c", code, *args],
+                env=env,
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
             times[name].append(time.perf_counter() - started)
     return {name: statistics.median(values) for name, values in times.items()}
 
@@ -206,8 +237,11 @@ def main() -> None:
         data = photo()
         proc, base = start_serve(root, work / "serve-cache")
         try:
-            readers = {"hand": by_hand(root), "app": in_app(root, work / "app-cache"),
-                       "serve": over_http(base)}
+            readers = {
+                "hand": by_hand(root),
+                "app": in_app(root, work / "app-cache"),
+                "serve": over_http(base),
+            }
             print("texts:", readers["hand"](data))
             warm_s = warm(readers, data, args.rounds)
         finally:
@@ -215,13 +249,14 @@ def main() -> None:
             proc.wait(timeout=30)
         hand_median, hand_best = warm_s["hand"]
         for name, (median, best) in warm_s.items():
-            print(f"warm {name:6s} median {median * 1000:7.1f} ms {median / hand_median:.3f}x "
-                  f"hand; fastest {best * 1000:7.1f} ms {best / hand_best:.3f}x hand")
+            print(
+                f"warm {name:6s} median {median * 1000:7.1f} ms {median / hand_median:.3f}x "
+                f"hand; fastest {best * 1000:7.1f} ms {best / hand_best:.3f}x hand"
+            )
         if args.cold:
             cold_s = cold(root, data, args.cold, work)
             for name, seconds in cold_s.items():
-                print(f"cold {name:6s} {seconds:8.2f} s   "
-                      f"{seconds / cold_s['script']:.3f}x script")
+                print(f"cold {name:6s} {seconds:8.2f} s   {seconds / cold_s['script']:.3f}x script")
 
 
 if __name__ == "__main__":

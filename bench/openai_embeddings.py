@@ -80,8 +80,9 @@ def direct_runner(folder: Path) -> Any:
     load_tokenizers_extension()
     core: ov.Core = ov_core()
     tokenizer = core.compile_model(str(folder / "openvino_tokenizer.xml"), "CPU")
-    model = core.compile_model(str(folder / "openvino_model.xml"), "CPU",
-                               {"PERFORMANCE_HINT": "LATENCY"})
+    model = core.compile_model(
+        str(folder / "openvino_model.xml"), "CPU", {"PERFORMANCE_HINT": "LATENCY"}
+    )
     tok_request, request = tokenizer.create_infer_request(), model.create_infer_request()
 
     def embed(texts: list[str]) -> np.ndarray:
@@ -89,10 +90,12 @@ def direct_runner(folder: Path) -> Any:
         ids, mask = tokens["input_ids"], tokens["attention_mask"]
         width = int(mask.sum(1).max())
         ids, mask = ids[:, :width], mask[:, :width]
-        hidden = request.infer({"input_ids": ids, "attention_mask": mask,
-                                "token_type_ids": np.zeros_like(ids)})[0]
+        hidden = request.infer(
+            {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )[0]
         pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
         return np.asarray(pooled / np.linalg.norm(pooled, axis=1, keepdims=True))
+
     return embed
 
 
@@ -114,15 +117,40 @@ def paired(first: Any, second: Any, rounds: int) -> tuple[tuple[float, float], .
 
 def serve(root: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     config = root / "config.json"
-    config.write_text(json.dumps({"model_config_list": [
-        {"config": {"name": "minilm", "base_path": str(root / "minilm"),
-                    "task": "embeddings"}}]}))
+    config.write_text(
+        json.dumps(
+            {
+                "model_config_list": [
+                    {
+                        "config": {
+                            "name": "minilm",
+                            "base_path": str(root / "minilm"),
+                            "task": "embeddings",
+                        }
+                    }
+                ]
+            }
+        )
+    )
     # one-at-a-time compile defaults (LATENCY), as the direct run and a Lambda use
     env = os.environ | {"OVS_CONCURRENT": "0", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([str(BIN / "ov-serverless"), "serve", "--rest_port", str(port),
-                             "--config_path", str(config), "--cache_dir", str(root / "cache"),
-                             "--log_level", "WARNING"], env=env, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            str(BIN / "ov-serverless"),
+            "serve",
+            "--rest_port",
+            str(port),
+            "--config_path",
+            str(config),
+            "--cache_dir",
+            str(root / "cache"),
+            "--log_level",
+            "WARNING",
+        ],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
@@ -162,8 +190,9 @@ def main() -> None:
                 body = json.dumps({"model": "minilm", "input": texts})
 
                 def post(body: str = body) -> None:
-                    reply = session.post(url, data=body, timeout=60,
-                                         headers={"content-type": "application/json"})
+                    reply = session.post(
+                        url, data=body, timeout=60, headers={"content-type": "application/json"}
+                    )
                     assert reply.status_code == 200, reply.text
 
                 served, direct = paired(post, lambda texts=texts: embed(texts), args.rounds)
@@ -173,30 +202,47 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-        env = os.environ | {"PYTHONPATH": str(ROOT), "OVS_CONFIG_PATH": str(root / "config.json"),
-                            "AWS_LAMBDA_FUNCTION_NAME": "bench"}
+        env = os.environ | {
+            "PYTHONPATH": str(ROOT),
+            "OVS_CONFIG_PATH": str(root / "config.json"),
+            "AWS_LAMBDA_FUNCTION_NAME": "bench",
+        }
         colds = []
         for i in range(args.cold):  # alternate, each with a fresh cache (no compiled blob)
             lam_env = env | {"OVS_CACHE_DIR": str(root / f"cold-{i}")}
-            colds.append((cold([sys.executable, "-c", LAMBDA], lam_env),
-                          cold([sys.executable, "-c", MINIMAL, str(folder)], env)))
-    print("| case | served p50 ms | direct p50 ms | p50 ratio | served req/s | direct req/s "
-          "| throughput ratio |")
+            colds.append(
+                (
+                    cold([sys.executable, "-c", LAMBDA], lam_env),
+                    cold([sys.executable, "-c", MINIMAL, str(folder)], env),
+                )
+            )
+    print(
+        "| case | served p50 ms | direct p50 ms | p50 ratio | served req/s | direct req/s "
+        "| throughput ratio |"
+    )
     print("|---|---|---|---|---|---|---|")
     for label, (s50, srps), (d50, drps) in rows:
-        print(f"| {label} | {s50:.1f} | {d50:.1f} | {s50 / d50:.2f} | {srps:.1f} | {drps:.1f} "
-              f"| {srps / drps:.2f} |")
+        print(
+            f"| {label} | {s50:.1f} | {d50:.1f} | {s50 / d50:.2f} | {srps:.1f} | {drps:.1f} "
+            f"| {srps / drps:.2f} |"
+        )
     print(f"\nHTTP round trip alone (GET /v2/health/live, same client): p50 {floor[0]:.1f} ms")
     lam = statistics.median(c[0][0] for c in colds)
     minimal = statistics.median(c[1][0] for c in colds)
     lam_rss = statistics.median(c[0][1] for c in colds)
     min_rss = statistics.median(c[1][1] for c in colds)
-    print(f"\ncold start to first 200 (median of {args.cold}): Lambda handler {lam:.2f} s, "
-          f"minimal script {minimal:.2f} s, ratio {lam / minimal:.2f}")
-    print("runs (s, MiB):", [(round(a[0], 2), round(a[1]), round(b[0], 2), round(b[1]))
-                             for a, b in colds])
-    print(f"peak RSS: Lambda handler {lam_rss:.0f} MiB, minimal script {min_rss:.0f} MiB, "
-          f"difference {lam_rss - min_rss:+.0f} MiB")
+    print(
+        f"\ncold start to first 200 (median of {args.cold}): Lambda handler {lam:.2f} s, "
+        f"minimal script {minimal:.2f} s, ratio {lam / minimal:.2f}"
+    )
+    print(
+        "runs (s, MiB):",
+        [(round(a[0], 2), round(a[1]), round(b[0], 2), round(b[1])) for a, b in colds],
+    )
+    print(
+        f"peak RSS: Lambda handler {lam_rss:.0f} MiB, minimal script {min_rss:.0f} MiB, "
+        f"difference {lam_rss - min_rss:+.0f} MiB"
+    )
 
 
 if __name__ == "__main__":

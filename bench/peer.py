@@ -22,7 +22,7 @@ VENV = REPO / "bench" / ".peer-venv"
 PYTHON = VENV / "bin" / "python"
 MLSERVER_VERSION = "1.7.1"
 
-RUNTIME = '''
+RUNTIME = """
 import asyncio
 import queue
 
@@ -55,7 +55,7 @@ class OpenVINORuntime(MLModel):
         y = await asyncio.to_thread(self._infer, x)
         return InferenceResponse(model_name=self.name,
                                  outputs=[NumpyCodec.encode_output(self._output, y)])
-'''
+"""
 
 
 def ensure_venv() -> bool:
@@ -66,13 +66,26 @@ def ensure_venv() -> bool:
     import openvino
 
     ov_version = openvino.__version__.split("-")[0]
-    print(f"creating {VENV} (mlserver=={MLSERVER_VERSION}, openvino=={ov_version}); "
-          "first run only", flush=True)
+    print(
+        f"creating {VENV} (mlserver=={MLSERVER_VERSION}, openvino=={ov_version}); first run only",
+        flush=True,
+    )
     try:
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(PYTHON), "-m", "pip", "install", "-q",
-                        f"mlserver=={MLSERVER_VERSION}", f"openvino=={ov_version}",
-                        f"numpy=={numpy.__version__}"], check=True, timeout=900)
+        subprocess.run(
+            [
+                str(PYTHON),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                f"mlserver=={MLSERVER_VERSION}",
+                f"openvino=={ov_version}",
+                f"numpy=={numpy.__version__}",
+            ],
+            check=True,
+            timeout=900,
+        )
     except (subprocess.SubprocessError, OSError) as exc:
         print(f"peer server unavailable: {exc}", flush=True)
         return False
@@ -80,25 +93,47 @@ def ensure_venv() -> bool:
 
 
 def _has_mlserver() -> bool:
-    return subprocess.run([str(PYTHON), "-c", "import mlserver"], capture_output=True
-                          ).returncode == 0
+    return (
+        subprocess.run([str(PYTHON), "-c", "import mlserver"], capture_output=True).returncode == 0
+    )
 
 
-def write_repository(root: Path, models: dict[str, Path], http_port: int, grpc_port: int,
-                     metrics_port: int, plugin_config: dict[str, str]) -> Path:
+def write_repository(
+    root: Path,
+    models: dict[str, Path],
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    plugin_config: dict[str, str],
+) -> Path:
     """An MLServer repository folder: settings.json, runtime.py, one folder per model."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "settings.json").write_text(json.dumps({
-        "http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port,
-        "host": "127.0.0.1", "parallel_workers": 0, "debug": False,
-        "load_models_at_startup": True}))
+    (root / "settings.json").write_text(
+        json.dumps(
+            {
+                "http_port": http_port,
+                "grpc_port": grpc_port,
+                "metrics_port": metrics_port,
+                "host": "127.0.0.1",
+                "parallel_workers": 0,
+                "debug": False,
+                "load_models_at_startup": True,
+            }
+        )
+    )
     for name, xml in models.items():
         folder = root / name
         folder.mkdir(exist_ok=True)
         (folder / "runtime.py").write_text(RUNTIME)  # MLServer imports it from the model folder
-        (folder / "model-settings.json").write_text(json.dumps({
-            "name": name, "implementation": "runtime.OpenVINORuntime",
-            "parameters": {"uri": str(xml), "extra": {"plugin_config": plugin_config}}}))
+        (folder / "model-settings.json").write_text(
+            json.dumps(
+                {
+                    "name": name,
+                    "implementation": "runtime.OpenVINORuntime",
+                    "parameters": {"uri": str(xml), "extra": {"plugin_config": plugin_config}},
+                }
+            )
+        )
     return root
 
 

@@ -52,15 +52,18 @@ MODELS = ("classifier", "resnet50", "demo")
 
 def build_models(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
     """IRs under root/repo/<name>/1/model.xml and the OVMS config.json serving them."""
-    builders = {"classifier": lambda: classifier(seed=0, batch=1),
-                "resnet50": lambda: resnet50_like(seed=0, batch=1),
-                "demo": lambda: classifier(seed=0, batch=None)}
+    builders = {
+        "classifier": lambda: classifier(seed=0, batch=1),
+        "resnet50": lambda: resnet50_like(seed=0, batch=1),
+        "demo": lambda: classifier(seed=0, batch=None),
+    }
     files = {}
     for name in names:
         folder = root / "repo" / name / "1"
         folder.mkdir(parents=True, exist_ok=True)
-        ov.save_model(builders[name](), folder / "model.xml",
-                      compress_to_fp16=name == "resnet50")  # a deployed IR is usually FP16
+        ov.save_model(
+            builders[name](), folder / "model.xml", compress_to_fp16=name == "resnet50"
+        )  # a deployed IR is usually FP16
         files[name] = folder / "model.xml"
     write_config(root / "repo" / "config.json", names)
     return files
@@ -94,28 +97,41 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
-    return {"date": datetime.date.today().isoformat(), "platform": platform.platform(),
-            "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory, 1),
-            "python": platform.python_version(), "openvino": ov.__version__.split("-")[0],
-            "isa": ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")}
+    return {
+        "date": datetime.date.today().isoformat(),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory, 1),
+        "python": platform.python_version(),
+        "openvino": ov.__version__.split("-")[0],
+        "isa": ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"),
+    }
 
 
-def run_warm(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload],
-             args: argparse.Namespace) -> dict[str, Any]:
+def run_warm(
+    root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload], args: argparse.Namespace
+) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, xml in files.items():
         count, per_client = counts(name, args.quick)
-        results[name] = {"name": name, "servers": {}, "raw": warm.raw_baselines(
-            name, xml, inputs[name].x, count, args.clients,
-            args.clients * per_client)}  # as many calls as a served run, once on each side
+        results[name] = {
+            "name": name,
+            "servers": {},
+            "raw": warm.raw_baselines(
+                name, xml, inputs[name].x, count, args.clients, args.clients * per_client
+            ),
+        }  # as many calls as a served run, once on each side
     config = root / "repo" / "config.json"
     servers: list[tuple[str, str, dict[str, str], Path, tuple[str, ...]]] = [
         # `serve` (concurrent, adaptive): a lone request runs on its LATENCY compile, so the
         # 1-client rows pair with raw LATENCY; N clients compare with the faster raw queue
-        ("ov-serverless adaptive", "LATENCY", {}, config, cases.ALL_CASES)]
+        ("ov-serverless adaptive", "LATENCY", {}, config, cases.ALL_CASES)
+    ]
     if not args.quick:
-        servers.append(("ov-serverless", "LATENCY", {"OVS_CONCURRENT": "0"}, config,
-                        cases.ALL_CASES))
+        servers.append(
+            ("ov-serverless", "LATENCY", {"OVS_CONCURRENT": "0"}, config, cases.ALL_CASES)
+        )
     if args.ab:  # on the model the targets are set for; the small ones measure the transport
         servers += ab_variants(root, {n: f for n, f in files.items() if n == "resnet50"} or files)
     for label, hint, extra, config_path, wanted in servers:
@@ -123,69 +139,123 @@ def run_warm(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload
         env = base_env(OVS_CACHE_DIR=str(root / f"serve-cache-{label}-{hint}"), **extra)
         if "PYTHONPATH" in extra:
             env["PYTHONPATH"] = f"{extra['PYTHONPATH']}:{REPO}"
-        with process(ov_serve_cmd(config_path, rest_port, grpc_port), env,
-                     lambda rest_port=rest_port: http_ok(rest_port, "/v2/health/ready"),
-                     log=root / "serve.log"):
+        with process(
+            ov_serve_cmd(config_path, rest_port, grpc_port),
+            env,
+            lambda rest_port=rest_port: http_ok(rest_port, "/v2/health/ready"),
+            log=root / "serve.log",
+        ):
             for name in _served(config_path, files):
-                _serve(results[name], label, hint, {
-                    **cases.rest_cases(rest_port, inputs[name], wanted),
-                    **cases.grpc_cases(grpc_port, inputs[name], wanted)}, args)
+                _serve(
+                    results[name],
+                    label,
+                    hint,
+                    {
+                        **cases.rest_cases(rest_port, inputs[name], wanted),
+                        **cases.grpc_cases(grpc_port, inputs[name], wanted),
+                    },
+                    args,
+                )
     if args.peer and peer.ensure_venv():
         http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-        repo = peer.write_repository(root / "peer", files, http_port, grpc_port, metrics_port,
-                                     {"PERFORMANCE_HINT": "THROUGHPUT"})
+        repo = peer.write_repository(
+            root / "peer",
+            files,
+            http_port,
+            grpc_port,
+            metrics_port,
+            {"PERFORMANCE_HINT": "THROUGHPUT"},
+        )
         ready = lambda: all(  # noqa: E731
-            http_ok(http_port, f"/v2/models/{n}/ready") for n in files)
+            http_ok(http_port, f"/v2/models/{n}/ready") for n in files
+        )
         with process(peer.command(repo), base_env(), ready, log=root / "peer.log"):
             for name in files:
-                _serve(results[name], "MLServer", "THROUGHPUT", {
-                    **cases.rest_cases(http_port, inputs[name], cases.PEER_CASES),
-                    **cases.grpc_cases(grpc_port, inputs[name], cases.PEER_CASES)}, args)
+                _serve(
+                    results[name],
+                    "MLServer",
+                    "THROUGHPUT",
+                    {
+                        **cases.rest_cases(http_port, inputs[name], cases.PEER_CASES),
+                        **cases.grpc_cases(grpc_port, inputs[name], cases.PEER_CASES),
+                    },
+                    args,
+                )
     return results
 
 
 def _served(config: Path, files: dict[str, Path]) -> list[str]:
-    return [entry["config"]["name"]
-            for entry in json.loads(config.read_text())["model_config_list"]
-            if entry["config"]["name"] in files]
+    return [
+        entry["config"]["name"]
+        for entry in json.loads(config.read_text())["model_config_list"]
+        if entry["config"]["name"] in files
+    ]
 
 
-def ab_variants(root: Path, files: dict[str, Path]
-                ) -> list[tuple[str, str, dict[str, str], Path, tuple[str, ...]]]:
+def ab_variants(
+    root: Path, files: dict[str, Path]
+) -> list[tuple[str, str, dict[str, str], Path, tuple[str, ...]]]:
     """--ab: the server without one optimisation each, for before/after numbers.
-      no simdjson   the JSON cases on the orjson path (simdjson hidden from the server)
-      nireq=2       OpenVINO's optimal nireq (= streams) instead of 2 per stream
-      batching      with dynamic batching (opt-in; batch_size -1, up to 8 rows, 1 ms window)"""
+    no simdjson   the JSON cases on the orjson path (simdjson hidden from the server)
+    nireq=2       OpenVINO's optimal nireq (= streams) instead of 2 per stream
+    batching      with dynamic batching (opt-in; batch_size -1, up to 8 rows, 1 ms window)"""
     shadow = root / "no-simdjson"
     shadow.mkdir(exist_ok=True)
     (shadow / "simdjson.py").write_text('raise ImportError("hidden for the A/B bench")\n')
     config = write_config(root / "repo" / "config-nireq.json", files, nireq=2)
-    batched = write_config(root / "repo" / "config-batching.json", files, batch_size=-1,
-                           dynamic_batching={"max_batch_size": 8, "window_us": 1000})
+    batched = write_config(
+        root / "repo" / "config-batching.json",
+        files,
+        batch_size=-1,
+        dynamic_batching={"max_batch_size": 8, "window_us": 1000},
+    )
     json_cases = (cases.REST_TFS_JSON, cases.REST_KSERVE_JSON)
     binary_cases = (cases.REST_KSERVE_BINARY, cases.GRPC_KSERVE)
-    return [("no simdjson", "THROUGHPUT", {"PYTHONPATH": str(shadow)},
-             write_config(root / "repo" / "config-ab.json", files), json_cases),
-            ("nireq=2", "THROUGHPUT", {}, config, binary_cases),
-            ("batching", "THROUGHPUT", {}, batched, binary_cases)]
+    return [
+        (
+            "no simdjson",
+            "THROUGHPUT",
+            {"PYTHONPATH": str(shadow)},
+            write_config(root / "repo" / "config-ab.json", files),
+            json_cases,
+        ),
+        ("nireq=2", "THROUGHPUT", {}, config, binary_cases),
+        ("batching", "THROUGHPUT", {}, batched, binary_cases),
+    ]
 
 
-def _serve(doc: dict[str, Any], label: str, hint: str, factories: dict[str, cases.Factory],
-           args: argparse.Namespace) -> None:
+def _serve(
+    doc: dict[str, Any],
+    label: str,
+    hint: str,
+    factories: dict[str, cases.Factory],
+    args: argparse.Namespace,
+) -> None:
     count, per_client = counts(doc["name"], args.quick)
-    rows = warm.serve_cases(factories, count, args.clients, per_client,
-                            warm.RAW_CALLS[(doc["name"], hint)], warm.RAW_QUEUES[doc["name"]])
+    rows = warm.serve_cases(
+        factories,
+        count,
+        args.clients,
+        per_client,
+        warm.RAW_CALLS[(doc["name"], hint)],
+        warm.RAW_QUEUES[doc["name"]],
+    )
     warm.add_ratios(rows, doc["raw"], hint, args.clients)
     doc["servers"][f"{label} {hint[0]}"] = {"server": label, "hint": hint, "cases": rows}
-    print(f"  warm {doc['name']}: {label} ({hint}) done at {time.perf_counter() - STARTED:.0f} s",
-          flush=True)
+    print(
+        f"  warm {doc['name']}: {label} ({hint}) done at {time.perf_counter() - STARTED:.0f} s",
+        flush=True,
+    )
 
 
 def version_files(model_dir: Path) -> list[tuple[Path, str]]:
     """Version 1's files, each with its path relative to the version folder."""
     folder = model_dir / "1"
-    return [(path, path.relative_to(folder).as_posix())
-            for path in sorted(folder.rglob("*")) if path.is_file()]
+    return [
+        (path, path.relative_to(folder).as_posix())
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    ]
 
 
 def s3_upload(root: Path, model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
@@ -197,8 +267,13 @@ def s3_upload(root: Path, model_dir: Path, model: str) -> tuple[Any, dict[str, A
     from tests.emulators import MotoS3
 
     emulator = MotoS3().start()
-    client = boto3.client("s3", endpoint_url=emulator.endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client = boto3.client(
+        "s3",
+        endpoint_url=emulator.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     client.create_bucket(Bucket="models")
     keys = []
     for path, name in version_files(model_dir):
@@ -208,12 +283,20 @@ def s3_upload(root: Path, model_dir: Path, model: str) -> tuple[Any, dict[str, A
     with environ(emulator.env):
         blob = make_blob(root / "s3", model, f"s3://models/{model}-blob")
     client.upload_file(str(blob), "models", f"{model}-blob/1/.ov-compiled/{blob.name}")
-    return emulator, {"label": "S3", "store": "s3", "host": "lambda",
-                      "row": "Lambda handler, S3", "bucket": "models", "keys": keys,
-                      "url": f"s3://models/{model}", "env": emulator.env, "variants": {
-                          "Lambda, S3 through boto3": {"OVS_S3_CLIENT": "boto3"},
-                          "Lambda, S3 + blob in bucket": {
-                              "OVS_MODEL_PATH": f"s3://models/{model}-blob"}}}
+    return emulator, {
+        "label": "S3",
+        "store": "s3",
+        "host": "lambda",
+        "row": "Lambda handler, S3",
+        "bucket": "models",
+        "keys": keys,
+        "url": f"s3://models/{model}",
+        "env": emulator.env,
+        "variants": {
+            "Lambda, S3 through boto3": {"OVS_S3_CLIENT": "boto3"},
+            "Lambda, S3 + blob in bucket": {"OVS_MODEL_PATH": f"s3://models/{model}-blob"},
+        },
+    }
 
 
 def azure_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
@@ -231,11 +314,17 @@ def azure_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
         keys.append(f"{model}/1/{name}")
         with path.open("rb") as data:
             container.upload_blob(keys[-1], data)
-    return emulator, {"label": "Azure Blob", "store": "az", "host": "azure",
-                      "row": "Azure Functions, Azure Blob", "bucket": "models", "keys": keys,
-                      "url": f"az://models/{model}", "env": emulator.env, "variants": {
-                          "Azure Functions, Azure Blob SDK":
-                              {"OVS_AZURE_CLIENT": "sdk"}}}
+    return emulator, {
+        "label": "Azure Blob",
+        "store": "az",
+        "host": "azure",
+        "row": "Azure Functions, Azure Blob",
+        "bucket": "models",
+        "keys": keys,
+        "url": f"az://models/{model}",
+        "env": emulator.env,
+        "variants": {"Azure Functions, Azure Blob SDK": {"OVS_AZURE_CLIENT": "sdk"}},
+    }
 
 
 def gcs_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
@@ -254,10 +343,17 @@ def gcs_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
         for path, name in version_files(model_dir):
             keys.append(f"{model}/1/{name}")
             bucket.blob(keys[-1]).upload_from_filename(str(path))
-    return emulator, {"label": "GCS", "store": "gs", "host": "cloud_run",
-                      "row": "functions-framework, GCS", "bucket": "models", "keys": keys,
-                      "url": f"gs://models/{model}", "env": {**emulator.env, "K_SERVICE": "bench"},
-                      "variants": {"functions-framework, GCS SDK": {"OVS_GCS_CLIENT": "sdk"}}}
+    return emulator, {
+        "label": "GCS",
+        "store": "gs",
+        "host": "cloud_run",
+        "row": "functions-framework, GCS",
+        "bucket": "models",
+        "keys": keys,
+        "url": f"gs://models/{model}",
+        "env": {**emulator.env, "K_SERVICE": "bench"},
+        "variants": {"functions-framework, GCS SDK": {"OVS_GCS_CLIENT": "sdk"}},
+    }
 
 
 def make_blob(root: Path, model: str, model_path: str) -> Path:
@@ -267,14 +363,14 @@ def make_blob(root: Path, model: str, model_path: str) -> Path:
     from core.runtime.compiled_cache import export_manager
     from core.serving.registry import ModelManager
 
-    settings = Settings(model_name=model, model_path=model_path,
-                        cache_dir=str(root / "blob-cache"))
+    settings = Settings(model_name=model, model_path=model_path, cache_dir=str(root / "blob-cache"))
     (blob,) = export_manager(ModelManager.start(settings), root / "blobs")
     return blob
 
 
-def run_floor(results: dict[str, Any], inputs: dict[str, cases.Payload],
-              args: argparse.Namespace) -> dict[str, Any]:
+def run_floor(
+    results: dict[str, Any], inputs: dict[str, cases.Payload], args: argparse.Namespace
+) -> dict[str, Any]:
     """Per model and transport: the KServe request (REST binary; gRPC raw contents) against a
     server that only sleeps the raw THROUGHPUT p50 (serve's hint), paired with a bare sleep
     (bench/floor.py). -> {"rest": {model: row}, "grpc": {model: row}}."""
@@ -282,39 +378,56 @@ def run_floor(results: dict[str, Any], inputs: dict[str, cases.Payload],
     for name, doc in results.items():
         seconds = doc["raw"]["THROUGHPUT"]["1"]["p50_ms"] / 1e3
         count = counts(name, args.quick)[0]
-        rows["rest"][name] = floor.measure(cases.kserve_binary(name, inputs[name].x), seconds,
-                                           count)
+        rows["rest"][name] = floor.measure(
+            cases.kserve_binary(name, inputs[name].x), seconds, count
+        )
         rows["grpc"][name] = floor.measure_grpc(inputs[name], seconds, count)
         for transport in ("rest", "grpc"):
             row = rows[transport][name]
-            print(f"transport floor {name} ({transport}): a round trip around a "
-                  f"{1e3 * seconds:.2f} ms sleep: p50 {row['p50_ms']:.2f} ms, "
-                  f"{row['p50_ratio']:.2f}x the bare sleep", flush=True)
+            print(
+                f"transport floor {name} ({transport}): a round trip around a "
+                f"{1e3 * seconds:.2f} ms sleep: p50 {row['p50_ms']:.2f} ms, "
+                f"{row['p50_ratio']:.2f}x the bare sleep",
+                flush=True,
+            )
     return rows
 
 
-def run_cold(root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload],
-             args: argparse.Namespace) -> dict[str, Any]:
+def run_cold(
+    root: Path, files: dict[str, Path], inputs: dict[str, cases.Payload], args: argparse.Namespace
+) -> dict[str, Any]:
     model = "resnet50" if "resnet50" in files else next(iter(files))
     model_dir = files[model].parents[1]
     repeat = 1 if args.quick else args.repeat
     emulators, remotes = [], []
     blob = make_blob(root, model, str(model_dir))
     baked = {"OVS_COMPILED_CACHE": str(blob.parent)}
-    variants = {"Lambda, baked blob": baked,
-                "Lambda, openvino with ovc": {"OVS_IMPORT_OVC": "1"}}
-    uploads = ([lambda: s3_upload(root, model_dir, model)] if args.s3 else []) + \
-        ([lambda: azure_upload(model_dir, model)] if args.azure else []) + \
-        ([lambda: gcs_upload(model_dir, model)] if args.gcs else [])
+    variants = {"Lambda, baked blob": baked, "Lambda, openvino with ovc": {"OVS_IMPORT_OVC": "1"}}
+    uploads = (
+        ([lambda: s3_upload(root, model_dir, model)] if args.s3 else [])
+        + ([lambda: azure_upload(model_dir, model)] if args.azure else [])
+        + ([lambda: gcs_upload(model_dir, model)] if args.gcs else [])
+    )
     try:
         for upload in uploads:
             emulator, remote = upload()
             emulators.append(emulator)
             remotes.append(remote)
-        return {"model": model, **cold.run(root / "cold", model, model_dir, files[model],
-                                           inputs[model].x, repeat, remotes,
-                                           args.peer and peer.ensure_venv(), variants,
-                                           {"functions-framework, baked blob": baked})}
+        return {
+            "model": model,
+            **cold.run(
+                root / "cold",
+                model,
+                model_dir,
+                files[model],
+                inputs[model].x,
+                repeat,
+                remotes,
+                args.peer and peer.ensure_venv(),
+                variants,
+                {"functions-framework, baked blob": baked},
+            ),
+        }
     finally:
         for emulator in emulators:
             emulator.close()
@@ -332,8 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-s3", dest="s3", action="store_false")
     parser.add_argument("--no-azure", dest="azure", action="store_false")
     parser.add_argument("--no-gcs", dest="gcs", action="store_false")
-    parser.add_argument("--ab", action="store_true",
-                        help="also serve without each optimisation (before/after rows)")
+    parser.add_argument(
+        "--ab", action="store_true", help="also serve without each optimisation (before/after rows)"
+    )
     parser.add_argument("--out", default="bench")
     args = parser.parse_args(argv)
     if args.cold and args.azure:  # fail now, not after the warm part's minutes
@@ -348,10 +462,16 @@ def main(argv: list[str] | None = None) -> int:
     files = build_models(root, tuple(args.models))
     jpeg = cases.make_jpeg()
     rng = np.random.default_rng(0)
-    inputs = {name: cases.Payload(name, rng.random((1, 3, 224, 224), dtype=np.float32), jpeg)
-              for name in files}
-    doc: dict[str, Any] = {"machine": machine(), "clients": args.clients,
-                           "quick": args.quick, "argv": list(argv or sys.argv[1:])}
+    inputs = {
+        name: cases.Payload(name, rng.random((1, 3, 224, 224), dtype=np.float32), jpeg)
+        for name in files
+    }
+    doc: dict[str, Any] = {
+        "machine": machine(),
+        "clients": args.clients,
+        "quick": args.quick,
+        "argv": list(argv or sys.argv[1:]),
+    }
     print(f"bench in {root}", flush=True)
     if args.warm:
         doc["warm"] = run_warm(root, files, inputs, args)

@@ -32,8 +32,9 @@ RAW_CALLS: dict[tuple[str, str], Call] = {}  # (model, hint) -> one raw inferenc
 RAW_QUEUES: dict[str, Callable[[], Row]] = {}  # model -> one run of the faster raw queue
 
 
-def raw_baselines(name: str, model_file: Path, x: np.ndarray, count: int, clients: int,
-                  total: int) -> dict[str, dict[str, Row]]:
+def raw_baselines(
+    name: str, model_file: Path, x: np.ndarray, count: int, clients: int, total: int
+) -> dict[str, dict[str, Row]]:
     """Per hint: "1" = one InferRequest back to back, "N" = AsyncInferQueue(N jobs). The
     InferRequests stay in RAW_CALLS for the served cases' paired runs."""
     core = ov.Core()
@@ -50,8 +51,9 @@ def raw_baselines(name: str, model_file: Path, x: np.ndarray, count: int, client
     return rows
 
 
-def _queue_runner(compiled: ov.CompiledModel, x: np.ndarray, total: int, jobs: int
-                  ) -> Callable[[], Row]:
+def _queue_runner(
+    compiled: ov.CompiledModel, x: np.ndarray, total: int, jobs: int
+) -> Callable[[], Row]:
     """One AsyncInferQueue with `jobs` requests, run `total` calls per call of the result; a
     latency includes waiting for a free request. The queue is never destroyed during the
     run: tearing down an AsyncInferQueue whose Python callback thread may still want the GIL
@@ -76,8 +78,14 @@ def _queue_runner(compiled: ov.CompiledModel, x: np.ndarray, total: int, jobs: i
     return run
 
 
-def serve_cases(factories: dict[str, Factory], count: int, clients: int, per_client: int,
-                raw_call: Call, raw_queue: Callable[[], Row]) -> dict[str, dict[str, Row]]:
+def serve_cases(
+    factories: dict[str, Factory],
+    count: int,
+    clients: int,
+    per_client: int,
+    raw_call: Call,
+    raw_queue: Callable[[], Row],
+) -> dict[str, dict[str, Row]]:
     """1 client: paired with the raw InferRequest (alternating blocks); N clients: between two
     runs of the faster raw queue, against their mean."""
     rows: dict[str, dict[str, Row]] = {}
@@ -87,14 +95,17 @@ def serve_cases(factories: dict[str, Factory], count: int, clients: int, per_cli
         before = raw_queue()
         many = many_clients(factory, clients, per_client)
         after = raw_queue()
-        many.update(raw_rps=(before["rps"] + after["rps"]) / 2,
-                    raw_p50_ms=(before["p50_ms"] + after["p50_ms"]) / 2)
+        many.update(
+            raw_rps=(before["rps"] + after["rps"]) / 2,
+            raw_p50_ms=(before["p50_ms"] + after["p50_ms"]) / 2,
+        )
         rows[name] = {"1": one, str(clients): many}
     return rows
 
 
-def add_ratios(rows: dict[str, dict[str, Row]], raw: dict[str, dict[str, Row]], hint: str,
-               clients: int) -> None:
+def add_ratios(
+    rows: dict[str, dict[str, Row]], raw: dict[str, dict[str, Row]], hint: str, clients: int
+) -> None:
     """1 client: against raw OpenVINO compiled with the server's hint, measured in alternating
     blocks with the served calls. N clients: against the faster raw AsyncInferQueue (either
     hint, the best this host can do), the mean of the runs just before and after the served
@@ -111,8 +122,10 @@ def add_ratios(rows: dict[str, dict[str, Row]], raw: dict[str, dict[str, Row]], 
 
 
 def table(results: dict[str, Any], clients: int) -> list[str]:
-    head = (f"{'model':10} {'server (hint)':24} {'case':24} {'p50 ms':>7} {'p90':>6} "
-            f"{'p99':>6} {'/raw':>6} | {clients} cl. {'req/s':>6} {'/raw':>6} {'p50 ms':>6}")
+    head = (
+        f"{'model':10} {'server (hint)':24} {'case':24} {'p50 ms':>7} {'p90':>6} "
+        f"{'p99':>6} {'/raw':>6} | {clients} cl. {'req/s':>6} {'/raw':>6} {'p50 ms':>6}"
+    )
     lines = [head]
     for model, doc in results.items():
         model = doc.get("name", model)
@@ -121,7 +134,8 @@ def table(results: dict[str, Any], clients: int) -> list[str]:
             lines.append(
                 f"{model:10} {'raw openvino (' + hint[0] + ')':24} {'infer / AsyncInferQueue':24} "
                 f"{one['p50_ms']:7.2f} {one['p90_ms']:6.2f} {one['p99_ms']:6.2f} {1.0:5.2f}x | "
-                f"{'':5}{many['rps']:7.1f} {1.0:5.2f}x {many['p50_ms']:6.1f}")
+                f"{'':5}{many['rps']:7.1f} {1.0:5.2f}x {many['p50_ms']:6.1f}"
+            )
         for entry in doc["servers"].values():
             label = f"{entry['server']} ({entry['hint'][0]})"
             for case, by_clients in entry["cases"].items():
@@ -129,7 +143,10 @@ def table(results: dict[str, Any], clients: int) -> list[str]:
                 lines.append(
                     f"{model:10} {label:24} {case:24} {a['p50_ms']:7.2f} {a['p90_ms']:6.2f} "
                     f"{a['p99_ms']:6.2f} {a['p50_ratio']:5.2f}x | {'':5}{b['rps']:7.1f} "
-                    f"{b['rps_ratio']:5.2f}x {b['p50_ms']:6.1f}")
-    lines.append("(L) LATENCY / (T) THROUGHPUT hint; 1-client p50 /raw: vs raw OpenVINO with the "
-                 "same hint; N-client req/s /raw: vs the faster raw AsyncInferQueue")
+                    f"{b['rps_ratio']:5.2f}x {b['p50_ms']:6.1f}"
+                )
+    lines.append(
+        "(L) LATENCY / (T) THROUGHPUT hint; 1-client p50 /raw: vs raw OpenVINO with the "
+        "same hint; N-client req/s /raw: vs the faster raw AsyncInferQueue"
+    )
     return lines

@@ -42,8 +42,11 @@ from handlers import package
 
 PREFIX = "/2018-06-01/runtime"
 ROWS = ("zip", "zip, no .pyc", "container", "minimal", "restore")
-PREDICT = {"path": "/v1/models/classifier:predict", "method": "POST",
-           "body": {"instances": [[[[0.5] * 224] * 224] * 3]}}
+PREDICT = {
+    "path": "/v1/models/classifier:predict",
+    "method": "POST",
+    "body": {"instances": [[[[0.5] * 224] * 224] * 3]},
+}
 MINIMAL = """
 import numpy as np, openvino as ov
 core = ov.Core()
@@ -77,10 +80,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.restore_asked.set()
             self.server.restore.wait(120)
             return self._reply(200, b"{}", {})
-        self._reply(200, json.dumps(PREDICT).encode(), {
-            "Lambda-Runtime-Aws-Request-Id": "bench-1",
-            "Lambda-Runtime-Deadline-Ms": str(int((time.time() + 60) * 1000)),
-            "Lambda-Runtime-Invoked-Function-Arn": "arn:aws:lambda:us-east-1:1:function:ovs"})
+        self._reply(
+            200,
+            json.dumps(PREDICT).encode(),
+            {
+                "Lambda-Runtime-Aws-Request-Id": "bench-1",
+                "Lambda-Runtime-Deadline-Ms": str(int((time.time() + 60) * 1000)),
+                "Lambda-Runtime-Invoked-Function-Arn": "arn:aws:lambda:us-east-1:1:function:ovs",
+            },
+        )
 
     def do_POST(self) -> None:  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -111,30 +119,46 @@ def prepare(work: Path) -> tuple[Path, Path, Path, package.Report]:
     task, runtime = work / "task", work / "runtime"
     with zipfile.ZipFile(zipped) as archive:
         archive.extractall(task)
-    wheels = package.download(package.resolve([f"awslambdaric=={version('awslambdaric')}"],
-                                              target), target, package.default_wheel_cache(target))
+    wheels = package.download(
+        package.resolve([f"awslambdaric=={version('awslambdaric')}"], target),
+        target,
+        package.default_wheel_cache(target),
+    )
     package.install(wheels, target, runtime)
     package.compile_bytecode(runtime, target, "/var/runtime")  # the managed runtime has them
     return task, runtime, config, report
 
 
 def lambda_env(api: RuntimeApi, path: str, config: Path, cache: Path) -> dict[str, str]:
-    return {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": path, "LANG": "C.UTF-8",
-            "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{api.server_address[1]}",
-            "AWS_LAMBDA_FUNCTION_NAME": "ovs", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "3008",
-            "AWS_LAMBDA_FUNCTION_VERSION": "1", "_HANDLER": "handlers.aws_lambda.handler",
-            "OVS_CONFIG_PATH": str(config), "OVS_CACHE_DIR": str(cache)}
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": path,
+        "LANG": "C.UTF-8",
+        "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{api.server_address[1]}",
+        "AWS_LAMBDA_FUNCTION_NAME": "ovs",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "3008",
+        "AWS_LAMBDA_FUNCTION_VERSION": "1",
+        "_HANDLER": "handlers.aws_lambda.handler",
+        "OVS_CONFIG_PATH": str(config),
+        "OVS_CACHE_DIR": str(cache),
+    }
 
 
-def cold(python: str, cwd: Path, env: dict[str, str], api: RuntimeApi,
-         snapstart: bool = False) -> dict[str, float]:
+def cold(
+    python: str, cwd: Path, env: dict[str, str], api: RuntimeApi, snapstart: bool = False
+) -> dict[str, float]:
     """Popen -> first 200 (or, with snapstart, restore -> first 200) and the hooks' figures."""
     env = env | ({"AWS_LAMBDA_INITIALIZATION_TYPE": "snap-start"} if snapstart else {})
     api.restore.clear()
     api.restore_asked.clear()
     started = time.perf_counter()
-    proc = subprocess.Popen([python, "-s", "-m", "awslambdaric", "handlers.aws_lambda.handler"],
-                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [python, "-s", "-m", "awslambdaric", "handlers.aws_lambda.handler"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         if snapstart:
             if not api.restore_asked.wait(120):
@@ -157,9 +181,14 @@ def cold(python: str, cwd: Path, env: dict[str, str], api: RuntimeApi,
 
 def minimal(python: str, task: Path, xml: Path) -> dict[str, float]:
     started = time.perf_counter()
-    done = subprocess.run([python, "-s", "-c", MINIMAL.format(xml=str(xml))], cwd=task,
-                          env={"PYTHONPATH": str(task), "PYTHONDONTWRITEBYTECODE": "1"},
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [python, "-s", "-c", MINIMAL.format(xml=str(xml))],
+        cwd=task,
+        env={"PYTHONPATH": str(task), "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert done.stdout.strip() == "ok", done.stderr
     return {"first_200_s": time.perf_counter() - started}
 
@@ -182,31 +211,45 @@ def main(rounds: int = 5) -> None:
         xml = task / package.REPOSITORY_FOLDER / "classifier" / "1" / "model.xml"
         for n in range(rounds):  # interleaved, each round in another order: load hits all alike
             zip_env = lambda_env(api, f"{task}:{runtime}", baked, work / f"c{n}") | {
-                "PYTHONDONTWRITEBYTECODE": "1"}
+                "PYTHONDONTWRITEBYTECODE": "1"
+            }
             runs: dict[str, Callable[[], dict[str, float]]] = {
                 "zip": partial(cold, python, task, zip_env, api),
-                "zip, no .pyc": partial(cold, python, bare, zip_env | {
-                    "PYTHONPATH": f"{bare}:{runtime}"}, api),
-                "container": partial(cold, sys.executable, REPO, lambda_env(
-                    api, str(REPO), config, work / f"d{n}"), api),
+                "zip, no .pyc": partial(
+                    cold, python, bare, zip_env | {"PYTHONPATH": f"{bare}:{runtime}"}, api
+                ),
+                "container": partial(
+                    cold,
+                    sys.executable,
+                    REPO,
+                    lambda_env(api, str(REPO), config, work / f"d{n}"),
+                    api,
+                ),
                 "minimal": partial(minimal, python, task, xml),
                 "restore": partial(cold, python, task, zip_env, api, snapstart=True),
             }
-            for name in ROWS[n % len(ROWS):] + ROWS[:n % len(ROWS)]:
+            for name in ROWS[n % len(ROWS) :] + ROWS[: n % len(ROWS)]:
                 rows[name].append(runs[name]())
         api.shutdown()
     result = {name: median(values) for name, values in rows.items()}
-    result["package"] = {"unzipped_bytes": report.unzipped_bytes,
-                         "zipped_bytes": report.zipped_bytes, "pruned_items": len(report.pruned)}
+    result["package"] = {
+        "unzipped_bytes": report.unzipped_bytes,
+        "zipped_bytes": report.zipped_bytes,
+        "pruned_items": len(report.pruned),
+    }
     path = save("zip_cold", result)
     base = result["minimal"]["first_200_s"]
     for name in ROWS:
         row = result[name]
         extra = "".join(f"  {k} {v * 1000:.1f} ms" for k, v in row.items() if k != "first_200_s")
-        print(f"{name:13s} {row['first_200_s'] * 1000:8.1f} ms  "
-              f"{row['first_200_s'] / base:5.2f}x minimal{extra}")
-    print(f"package: {report.unzipped_bytes:,} bytes unzipped, {report.zipped_bytes:,} zipped; "
-          f"saved {path.relative_to(REPO)}")
+        print(
+            f"{name:13s} {row['first_200_s'] * 1000:8.1f} ms  "
+            f"{row['first_200_s'] / base:5.2f}x minimal{extra}"
+        )
+    print(
+        f"package: {report.unzipped_bytes:,} bytes unzipped, {report.zipped_bytes:,} zipped; "
+        f"saved {path.relative_to(REPO)}"
+    )
 
 
 def package_python() -> str:

@@ -21,8 +21,9 @@ _OVC = "openvino.tools.ovc"
 
 
 class _SkipOvc(importlib.abc.MetaPathFinder):
-    def find_spec(self, name: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if name == _OVC:
             raise ImportError(f"{_OVC} is not imported at serving start (core/__init__.py)")
         return None

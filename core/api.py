@@ -78,24 +78,33 @@ class App:
         limits.configure(settings.limits)
         self._cors = Cors(settings.cors)
         self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
-            (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r":predict"),
-             {"POST": self._tfs_predict}),
-            (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r":(?:classify|regress)"),
-             {"POST": self._unsupported_verb}),
-            (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r"/metadata"),
-             {"GET": self._tfs_metadata}),
-            (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL),
-             {"GET": self._tfs_status}),
+            (
+                re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r":predict"),
+                {"POST": self._tfs_predict},
+            ),
+            (
+                re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r":(?:classify|regress)"),
+                {"POST": self._unsupported_verb},
+            ),
+            (
+                re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL + r"/metadata"),
+                {"GET": self._tfs_metadata},
+            ),
+            (re.compile(r"/v1/models/" + _NAME + _VERSION + _LABEL), {"GET": self._tfs_status}),
             (re.compile(r"/v1/config"), {"GET": self._config_status}),
             (re.compile(r"/v1/config/reload"), {"POST": self._config_reload}),
             (re.compile(r"/v2/health/live"), {"GET": self._live}),
             (re.compile(r"/v2/health/ready"), {"GET": self._ready}),
             (re.compile(r"/v2/?"), {"GET": self._server_metadata}),
             (re.compile(r"/v2/models/" + _NAME + _VERSION), {"GET": self._kserve_metadata}),
-            (re.compile(r"/v2/models/" + _NAME + _VERSION + r"/ready"),
-             {"GET": self._kserve_ready}),
-            (re.compile(r"/v2/models/" + _NAME + _VERSION + r"/infer"),
-             {"POST": self._kserve_infer}),
+            (
+                re.compile(r"/v2/models/" + _NAME + _VERSION + r"/ready"),
+                {"GET": self._kserve_ready},
+            ),
+            (
+                re.compile(r"/v2/models/" + _NAME + _VERSION + r"/infer"),
+                {"POST": self._kserve_infer},
+            ),
             # OpenAI API (core.openai); /v1/models/{name} stays TF Serving's status route
             (re.compile(_OPENAI + r"embeddings"), {"POST": self._openai_embeddings}),
             (re.compile(_OPENAI + r"rerank"), {"POST": self._openai_rerank}),
@@ -108,25 +117,36 @@ class App:
         """Answer one request; every failure becomes the OVMS error shape, never an exception."""
         logs.request_id.set(request.request_id or request.header("x-request-id")[:128])
         started = time.perf_counter()
-        preflight = self._cors.enabled and Cors.is_preflight(request.method.upper(),
-                                                             request.headers)
+        preflight = self._cors.enabled and Cors.is_preflight(
+            request.method.upper(), request.headers
+        )
         response = Response(204, b"", {}) if preflight else self._answer(request)
         response = self.finish(response, request.headers, preflight)
         if log.isEnabledFor(logging.DEBUG):  # never the body: sizes and status only
-            log.debug("request", extra={
-                "method": request.method[:16], "path": request.path[:200],
-                "status": response.status, "request_bytes": len(request.body),
-                "response_bytes": len(response.body),
-                "duration_ms": round((time.perf_counter() - started) * 1e3, 3)})
+            log.debug(
+                "request",
+                extra={
+                    "method": request.method[:16],
+                    "path": request.path[:200],
+                    "status": response.status,
+                    "request_bytes": len(request.body),
+                    "response_bytes": len(response.body),
+                    "duration_ms": round((time.perf_counter() - started) * 1e3, 3),
+                },
+            )
         return response
 
-    def finish(self, response: Response, request_headers: Mapping[str, str],
-               preflight: bool = False) -> Response:
+    def finish(
+        self, response: Response, request_headers: Mapping[str, str], preflight: bool = False
+    ) -> Response:
         """The response with its CORS headers; handlers call it for the answers they make
         themselves (a body over the limit, refused before it is read)."""
         extra = self._cors.headers(request_headers, preflight)
-        return Response(response.status, response.body, {**response.headers, **extra}) \
-            if extra else response
+        return (
+            Response(response.status, response.body, {**response.headers, **extra})
+            if extra
+            else response
+        )
 
     def _answer(self, request: Request) -> Response:
         try:
@@ -142,19 +162,23 @@ class App:
             return error_response(exc, self._is_openai(request.path))
         except Exception as exc:  # a bug must not take the server down; report it as 500
             log.exception("Unhandled error for %s %s", request.method[:16], request.path[:200])
-            return error_response(errors.InternalError(
-                f"Internal server error: {type(exc).__name__}"), self._is_openai(request.path))
+            return error_response(
+                errors.InternalError(f"Internal server error: {type(exc).__name__}"),
+                self._is_openai(request.path),
+            )
 
     def _is_openai(self, path: str) -> bool:
         """An OpenAI API route: its errors take the OpenAI shape."""
         path = self._strip(path)
-        return bool(re.fullmatch(_OPENAI + r"(?:embeddings|rerank|tokenize|models)", path)
-                    or re.fullmatch(r"/v3/(?:v1/)?models/[^/]+", path))
+        return bool(
+            re.fullmatch(_OPENAI + r"(?:embeddings|rerank|tokenize|models)", path)
+            or re.fullmatch(r"/v3/(?:v1/)?models/[^/]+", path)
+        )
 
     def _strip(self, path: str) -> str:
         prefix = self.settings.base_path
         if prefix and (path == prefix or path.startswith(prefix + "/")):
-            return path[len(prefix):] or "/"
+            return path[len(prefix) :] or "/"
         return path
 
     def _route(self, method: str, path: str) -> tuple[Handler, re.Match[str]]:
@@ -168,14 +192,20 @@ class App:
     def _metrics_route(self) -> list[tuple[re.Pattern[str], dict[str, Handler]]]:
         """The configured metrics path (a reload may change it); none unless enabled, as OVMS."""
         metrics = self.manager.metrics
-        return [(re.compile(re.escape(metrics.path)), {"GET": self._metrics})] \
-            if metrics.enabled else []
+        return (
+            [(re.compile(re.escape(metrics.path)), {"GET": self._metrics})]
+            if metrics.enabled
+            else []
+        )
 
     # Each route translates: URL and body in, the data plane's answer out as JSON.
 
     def _tfs_predict(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(self.plane.infer(dataplane.TFS_PREDICT, m["name"], _ver(m),
-                                              tfs_rest.PredictCall(req.body)))
+        return json_response(
+            self.plane.infer(
+                dataplane.TFS_PREDICT, m["name"], _ver(m), tfs_rest.PredictCall(req.body)
+            )
+        )
 
     def _unsupported_verb(self, req: Request, m: re.Match[str]) -> Response:
         raise errors.RouteNotFoundError("Only :predict is served; classify and regress are not")
@@ -210,8 +240,9 @@ class App:
         return json_response(dumps(documents.server_metadata()))
 
     def _kserve_metadata(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(dumps(self.plane.kserve_metadata(dataplane.KSERVE_METADATA, m["name"],
-                                                              _ver(m))))
+        return json_response(
+            dumps(self.plane.kserve_metadata(dataplane.KSERVE_METADATA, m["name"], _ver(m)))
+        )
 
     def _kserve_ready(self, req: Request, m: re.Match[str]) -> Response:
         problem = self.plane.model_ready(dataplane.KSERVE_READY, m["name"], _ver(m))
@@ -223,8 +254,12 @@ class App:
 
     def _kserve_infer(self, req: Request, m: re.Match[str]) -> Response:
         header_length = req.header("inference-header-content-length") or None
-        body, headers = self.plane.infer(dataplane.KSERVE_INFER, m["name"], _ver(m),
-                                         kserve_rest.InferCall(req.body, header_length))
+        body, headers = self.plane.infer(
+            dataplane.KSERVE_INFER,
+            m["name"],
+            _ver(m),
+            kserve_rest.InferCall(req.body, header_length),
+        )
         return Response(200, body, headers)
 
     def _openai_embeddings(self, req: Request, m: re.Match[str]) -> Response:
@@ -253,13 +288,15 @@ class MethodNotAllowed(errors.MethodNotAllowedError):
     """405 with the route's methods, sent in the `Allow` header (RFC 9110 requires it)."""
 
     def __init__(self, method: str, path: str, allowed: list[str]) -> None:
-        super().__init__(f"Unsupported method {method[:16]} for {path}; "
-                         f"allowed: {', '.join(allowed)}")
+        super().__init__(
+            f"Unsupported method {method[:16]} for {path}; allowed: {', '.join(allowed)}"
+        )
         self.allowed = allowed
 
 
-def _match(routes: list[tuple[re.Pattern[str], dict[str, Handler]]], method: str, path: str
-           ) -> tuple[Handler, re.Match[str]] | None:
+def _match(
+    routes: list[tuple[re.Pattern[str], dict[str, Handler]]], method: str, path: str
+) -> tuple[Handler, re.Match[str]] | None:
     """The handler of the first pattern matching `path`; 405 when it lacks `method`. HEAD is
     answered as GET (the transport sends the head without the body)."""
     for pattern, methods in routes:
@@ -337,5 +374,6 @@ def make_request(
     query: Mapping[str, str] | None = None,
     request_id: str = "",
 ) -> Request:
-    return Request(method.upper(), path, dict(query or {}), _lower_headers(headers or {}), body,
-                   request_id)
+    return Request(
+        method.upper(), path, dict(query or {}), _lower_headers(headers or {}), body, request_id
+    )

@@ -30,11 +30,13 @@ class CorsConfig:
     credentials: bool = False
 
     @classmethod
-    def from_flags(cls, origins: str = "*", methods: str = "*", headers: str = "*",
-                   credentials: bool = False) -> CorsConfig:
+    def from_flags(
+        cls, origins: str = "*", methods: str = "*", headers: str = "*", credentials: bool = False
+    ) -> CorsConfig:
         """The flags' comma-separated lists; blanks around items are dropped."""
-        return cls(_items(origins), ", ".join(_items(methods)), ", ".join(_items(headers)),
-                   credentials)
+        return cls(
+            _items(origins), ", ".join(_items(methods)), ", ".join(_items(headers)), credentials
+        )
 
 
 def _items(text: str) -> tuple[str, ...]:
@@ -61,8 +63,11 @@ class Cors:
 
     @staticmethod
     def is_preflight(method: str, headers: Mapping[str, str]) -> bool:
-        return method == "OPTIONS" and "origin" in headers \
+        return (
+            method == "OPTIONS"
+            and "origin" in headers
             and "access-control-request-method" in headers
+        )
 
     def headers(self, request: Mapping[str, str], preflight: bool = False) -> Mapping[str, str]:
         """The headers to add to the response of a request with these (lower-case) headers."""

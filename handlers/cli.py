@@ -42,8 +42,10 @@ def _run(args: argparse.Namespace) -> int:
         args.log_level = _log_level(args.log_level)
         logs.configure(args.log_level, args.log_path)
     except OSError as exc:
-        print(f"ov-serverless: cannot open log_path {args.log_path}: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(
+            f"ov-serverless: cannot open log_path {args.log_path}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return EX_USAGE
     if args.command == "package":
         from handlers.package import main as package
@@ -70,8 +72,10 @@ def _log_level(flag: str | None) -> str:
         return flag
     env = os.environ.get("OVS_LOG_LEVEL", "").strip().upper()
     if env and env not in logs.LEVELS:
-        print(f"ov-serverless: OVS_LOG_LEVEL {env!r} is not one of {', '.join(logs.LEVELS)}: "
-              "INFO", file=sys.stderr)
+        print(
+            f"ov-serverless: OVS_LOG_LEVEL {env!r} is not one of {', '.join(logs.LEVELS)}: INFO",
+            file=sys.stderr,
+        )
     return env if env in logs.LEVELS else "INFO"
 
 
@@ -81,17 +85,17 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     commands = {
         "serve": sub.add_parser("serve", help="serve REST (and gRPC with --port) until SIGTERM"),
-        "invoke": sub.add_parser("invoke", help="run one request through the router "
-                                 "in-process"),
-        "export-blobs": sub.add_parser("export-blobs", help="load every model and write its "
-                                       "compiled blob to OUT, for OVS_COMPILED_CACHE or the "
-                                       "bucket"),
+        "invoke": sub.add_parser("invoke", help="run one request through the router in-process"),
+        "export-blobs": sub.add_parser(
+            "export-blobs",
+            help="load every model and write its "
+            "compiled blob to OUT, for OVS_COMPILED_CACHE or the "
+            "bucket",
+        ),
         "demo-repo": sub.add_parser("demo-repo", help="write the demo model repository to PATH"),
-        "package": sub.add_parser("package", help="build a deployment package: lambda-zip "
-                                  "OUT.zip"),
+        "package": sub.add_parser("package", help="build a deployment package: lambda-zip OUT.zip"),
     }
-    commands["serve"].add_argument("--version", action=_Version,
-                                   help="print the versions and exit")
+    commands["serve"].add_argument("--version", action=_Version, help="print the versions and exit")
     invoke = commands["invoke"]
     invoke.add_argument("method")
     invoke.add_argument("path")
@@ -121,8 +125,15 @@ def _flag_options(setting: Setting) -> dict[str, Any]:
 
 def _help(setting: Setting) -> str:
     default = shown_default(setting)
-    where = ", ".join(filter(None, (f"env {setting.env}" if setting.env else "",
-                                    f"default {default}" if default != NONE else "")))
+    where = ", ".join(
+        filter(
+            None,
+            (
+                f"env {setting.env}" if setting.env else "",
+                f"default {default}" if default != NONE else "",
+            ),
+        )
+    )
     return f"{setting.doc} ({where})" if where else setting.doc
 
 
@@ -137,8 +148,9 @@ class _Version(argparse.Action):
 
         import openvino
 
-        print(f"ov-serverless {version('ov-serverless')}\n"
-              f"OpenVINO backend {openvino.get_version()}")
+        print(
+            f"ov-serverless {version('ov-serverless')}\nOpenVINO backend {openvino.get_version()}"
+        )
         parser.exit()
 
 
@@ -175,8 +187,11 @@ def _explicit_bools(argv: list[str]) -> list[str]:
 
 def _flags(args: argparse.Namespace) -> dict[str, str]:
     """The text of each settings flag given on the command line, by setting name."""
-    return {setting.name: getattr(args, setting.name) for setting in flagged(args.command)
-            if setting.target != SERVER and getattr(args, setting.name) is not None}
+    return {
+        setting.name: getattr(args, setting.name)
+        for setting in flagged(args.command)
+        if setting.target != SERVER and getattr(args, setting.name) is not None
+    }
 
 
 def _server_values(args: argparse.Namespace) -> None:
@@ -209,8 +224,7 @@ def _demo_settings(settings: Settings) -> Settings:
     config = DEMO_ROOT / "config.json"
     if not config.is_file():
         write_demo_repository(DEMO_ROOT)
-    print(f"No model configured: serving the demo model repository at {DEMO_ROOT}",
-          file=sys.stderr)
+    print(f"No model configured: serving the demo model repository at {DEMO_ROOT}", file=sys.stderr)
     return replace(settings, config_path=str(config))
 
 
@@ -223,8 +237,11 @@ def _invoke(settings: Settings, args: argparse.Namespace) -> int:
         body = Path(args.data[1:]).read_bytes()
     headers = dict(h.split(":", 1) for h in args.header)
     app = App(ModelManager.start(settings), settings)
-    response = app.handle(make_request(args.method, args.path, body,
-                                       {k.strip(): v.strip() for k, v in headers.items()}))
+    response = app.handle(
+        make_request(
+            args.method, args.path, body, {k.strip(): v.strip() for k, v in headers.items()}
+        )
+    )
     sys.stdout.buffer.write(response.body + b"\n")
     return 0 if response.status < 400 else 1
 

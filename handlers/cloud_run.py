@@ -83,12 +83,29 @@ def predict(request: flask.Request) -> tuple[bytes, int, dict[str, str]]:
         return _reply(error_response(exc))
     limit = app.settings.max_request_bytes
     if (request.content_length or 0) > limit:  # refuse before reading the body
-        return _reply(app.finish(error_response(PayloadTooLargeError(
-            f"Request body of {request.content_length} bytes exceeds the limit of {limit} "
-            "bytes")), {"origin": request.headers.get("Origin", "")}))
-    return _reply(app.handle(make_request(
-        request.method, request.path, request.get_data(cache=False),
-        dict(request.headers), request.args.to_dict(), _request_id(request))))
+        return _reply(
+            app.finish(
+                error_response(
+                    PayloadTooLargeError(
+                        f"Request body of {request.content_length} bytes exceeds the limit of "
+                        f"{limit} bytes"
+                    )
+                ),
+                {"origin": request.headers.get("Origin", "")},
+            )
+        )
+    return _reply(
+        app.handle(
+            make_request(
+                request.method,
+                request.path,
+                request.get_data(cache=False),
+                dict(request.headers),
+                request.args.to_dict(),
+                _request_id(request),
+            )
+        )
+    )
 
 
 def _reply(response: Response) -> tuple[bytes, int, dict[str, str]]:

@@ -14,10 +14,13 @@ from core.config import Settings
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out")
-    parser.add_argument("--per_version", action="store_true",
-                        help="write OUT/<model>/<version>/.ov-compiled/<key>.blob, to copy "
-                             "beside each version, instead of OUT/<key>.blob "
-                             "(OVS_COMPILED_CACHE)")
+    parser.add_argument(
+        "--per_version",
+        action="store_true",
+        help="write OUT/<model>/<version>/.ov-compiled/<key>.blob, to copy "
+        "beside each version, instead of OUT/<key>.blob "
+        "(OVS_COMPILED_CACHE)",
+    )
 
 
 def main(settings: Settings, args: argparse.Namespace) -> int:
@@ -31,8 +34,10 @@ def main(settings: Settings, args: argparse.Namespace) -> int:
     try:
         blobs = export_manager(manager, out, per_version=args.per_version)
     except OSError as exc:
-        print(f"ov-serverless: cannot write the blobs to {out}: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(
+            f"ov-serverless: cannot write the blobs to {out}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 1
     for blob in blobs:
         if args.per_version:
@@ -53,10 +58,16 @@ def _report_unexported(manager: Any) -> int:
             code = 1
         for number, version in sorted(served.versions.items()):
             if not version.available:
-                print(f"ov-serverless: model {served.name} version {number} did not load: "
-                      f"{version.status.error_message}", file=sys.stderr)
+                print(
+                    f"ov-serverless: model {served.name} version {number} did not load: "
+                    f"{version.status.error_message}",
+                    file=sys.stderr,
+                )
                 code = 1
             elif not served.config.allow_cache:
-                print(f"ov-serverless: model {served.name} version {number}: no blob "
-                      "(allow_cache is false)", file=sys.stderr)
+                print(
+                    f"ov-serverless: model {served.name} version {number}: no blob "
+                    "(allow_cache is false)",
+                    file=sys.stderr,
+                )
     return code

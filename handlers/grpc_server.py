@@ -69,8 +69,7 @@ def _rpc(method: Method[Req, Resp]) -> Method[Req, Resp]:
             code, message = grpc.StatusCode[exc.grpc_code], exc.message
         except Exception as exc:  # a bug must not take the server down
             log.exception("Unhandled error in gRPC %s", method.__name__)
-            code, message = grpc.StatusCode.INTERNAL, \
-                f"Internal server error: {type(exc).__name__}"
+            code, message = grpc.StatusCode.INTERNAL, f"Internal server error: {type(exc).__name__}"
         context.abort(code, message)
         raise AssertionError("context.abort returned")  # pragma: no cover
 
@@ -89,8 +88,12 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     @_rpc
     def GetModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         name, version = tfs_grpc.require_spec(request)
-        doc = self.plane.tfs_metadata(dataplane.TFS_METADATA, name, version,
-                                      functools.partial(tfs_grpc.check_metadata_field, request))
+        doc = self.plane.tfs_metadata(
+            dataplane.TFS_METADATA,
+            name,
+            version,
+            functools.partial(tfs_grpc.check_metadata_field, request),
+        )
         return tfs_grpc.metadata_response(doc)
 
 
@@ -128,15 +131,17 @@ class InferenceService(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     def ServerMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        return pb.ServerMetadataResponse(name=documents.SERVER_NAME,
-                                         version=documents.SERVER_VERSION)
+        return pb.ServerMetadataResponse(
+            name=documents.SERVER_NAME, version=documents.SERVER_VERSION
+        )
 
     @_rpc
     def ModelReady(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         """Unknown model or version: NOT_FOUND (as OVMS); known but not AVAILABLE: false."""
         version = kserve_grpc.parse_version(request.version)
-        problem = self.plane.model_ready(dataplane.KSERVE_READY, request.name, version,
-                                         unknown_raises=True)
+        problem = self.plane.model_ready(
+            dataplane.KSERVE_READY, request.name, version, unknown_raises=True
+        )
         return pb.ModelReadyResponse(ready=problem is None)
 
     @_rpc
@@ -148,8 +153,9 @@ class InferenceService(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServicer):
     @_rpc
     def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         version = kserve_grpc.parse_version(request.model_version)
-        return self.plane.infer(dataplane.KSERVE_INFER, request.model_name, version,
-                                kserve_grpc.InferCall(request))
+        return self.plane.infer(
+            dataplane.KSERVE_INFER, request.model_name, version, kserve_grpc.InferCall(request)
+        )
 
 
 class ModelHealth(health.HealthServicer):
@@ -163,12 +169,15 @@ class ModelHealth(health.HealthServicer):
         self._refresh_lock = threading.Lock()
         self._stopped = threading.Event()
         self.refresh()
-        threading.Thread(target=self._poll, args=(interval,), name="grpc-health",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._poll, args=(interval,), name="grpc-health", daemon=True
+        ).start()
 
     def refresh(self) -> None:
-        serving, not_serving = (health_pb2.HealthCheckResponse.SERVING,
-                                health_pb2.HealthCheckResponse.NOT_SERVING)
+        serving, not_serving = (
+            health_pb2.HealthCheckResponse.SERVING,
+            health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
         wanted = {"": serving if self.manager.ready else not_serving}
         for name, served in list(self.manager.models.items()):
             available = any(v.available for v in list(served.versions.values()))
@@ -197,31 +206,37 @@ class ModelHealth(health.HealthServicer):
                 log.exception("health refresh failed")
 
 
-def build(manager: ModelManager, args: argparse.Namespace
-          ) -> tuple[grpc.Server, ModelHealth, futures.ThreadPoolExecutor]:
+def build(
+    manager: ModelManager, args: argparse.Namespace
+) -> tuple[grpc.Server, ModelHealth, futures.ThreadPoolExecutor]:
     workers = args.grpc_workers or max(8, 2 * (os.cpu_count() or 1))
     cap = getattr(args, "grpc_max_threads", None)  # OVMS's cap; absent when tests build args
     if cap:
         workers = min(workers, cap)
     limit = min(int(args.grpc_max_message_bytes), _MAX_GRPC_LENGTH)
     executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc")
-    options = {"grpc.max_receive_message_length": limit,
-               "grpc.max_send_message_length": limit,
-               "grpc.so_reuseport": 0,  # a port in use is an error, not a silent share
-               **dict(getattr(args, "grpc_channel_arguments", []))}  # the user's win
+    options = {
+        "grpc.max_receive_message_length": limit,
+        "grpc.max_send_message_length": limit,
+        "grpc.so_reuseport": 0,  # a port in use is an error, not a silent share
+        **dict(getattr(args, "grpc_channel_arguments", [])),
+    }  # the user's win
     server = grpc.server(executor, options=list(options.items()))
     plane = DataPlane(manager, "gRPC")
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionService(plane), server)
+        PredictionService(plane), server
+    )
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(plane), server)
     grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceService(plane), server)
+        InferenceService(plane), server
+    )
     checker = ModelHealth(manager)
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     for module in (health_pb2, reflection_pb2):  # reflection describes from our private pool
         pool.adopt(module.DESCRIPTOR)
     reflection.enable_server_reflection(
-        (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool=pool.POOL)
+        (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool=pool.POOL
+    )
     address = f"{_host(args.grpc_bind_address)}:{args.port}"
     server.add_insecure_port(address)  # raises RuntimeError when the port cannot be bound
     return server, checker, executor
@@ -250,18 +265,21 @@ def serve_forever(settings: Settings, args: argparse.Namespace) -> int:
     try:
         server, checker, executor = build(manager, args)
     except RuntimeError as exc:
-        print(f"gRPC could not bind {args.grpc_bind_address}:{args.port}: {exc}",
-              file=sys.stderr)
+        print(f"gRPC could not bind {args.grpc_bind_address}:{args.port}: {exc}", file=sys.stderr)
         return 1
     server.start()
     if args.metrics_port:
         _serve_metrics(manager, args.grpc_bind_address, args.metrics_port)
-    print(f"ov-serverless gRPC listening on {args.grpc_bind_address}:{args.port}",
-          file=sys.stderr, flush=True)
+    print(
+        f"ov-serverless gRPC listening on {args.grpc_bind_address}:{args.port}",
+        file=sys.stderr,
+        flush=True,
+    )
     while not stop.wait(1.0):
         pass
-    log.info("Shutting down gRPC: finishing in-flight calls (grace %ss)",
-             args.shutdown_grace_seconds)
+    log.info(
+        "Shutting down gRPC: finishing in-flight calls (grace %ss)", args.shutdown_grace_seconds
+    )
     checker.shutdown()
     server.stop(args.shutdown_grace_seconds).wait()
     executor.shutdown(wait=False, cancel_futures=True)
@@ -276,11 +294,15 @@ def _serve_metrics(manager: ModelManager, host: str, port: int) -> None:
     def handle(request: Request) -> Response:
         config = manager.metrics
         if not config.enabled or request.path != config.path:
-            return Response(404, f"only {config.path} is served here, when metrics are "
-                                 "enabled\n".encode(), {"content-type": "text/plain"})
+            return Response(
+                404,
+                f"only {config.path} is served here, when metrics are enabled\n".encode(),
+                {"content-type": "text/plain"},
+            )
         body, content_type = metrics.exposition(manager, config.families)
         return Response(200, body, {"content-type": content_type})
 
-    server = http_server.Server(handle, http_server.listen(host, port), threads=2,
-                                read_timeout=30.0, max_body=1 << 16)
+    server = http_server.Server(
+        handle, http_server.listen(host, port), threads=2, read_timeout=30.0, max_body=1 << 16
+    )
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

@@ -47,8 +47,7 @@ class HttpError(Exception):
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
-        self.response = Response(status, ServingError(message).to_body(),
-                                 {"content-type": JSON})
+        self.response = Response(status, ServingError(message).to_body(), {"content-type": JSON})
         self.request_headers: Mapping[str, str] = {}  # once the head is read
 
 
@@ -61,8 +60,16 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 class Server:
-    def __init__(self, handle: Handler, listener: socket.socket, *, threads: int,
-                 read_timeout: float, max_body: int, finish: Finish | None = None) -> None:
+    def __init__(
+        self,
+        handle: Handler,
+        listener: socket.socket,
+        *,
+        threads: int,
+        read_timeout: float,
+        max_body: int,
+        finish: Finish | None = None,
+    ) -> None:
         """`finish`: adds what the app adds to its own answers (CORS) to the server's."""
         self._handle = handle
         self._finish = finish
@@ -129,8 +136,9 @@ class Server:
                 _refuse(sock)
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._connection, args=(sock,), name="rest",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._connection, args=(sock,), name="rest", daemon=True
+            ).start()
 
     # -- one connection ------------------------------------------------------------------------
 
@@ -202,8 +210,7 @@ class Server:
             log.exception("REST handler failed for %s %s", request.method, request.path[:200])
             return HttpError(500, f"Internal server error: {type(exc).__name__}").response
 
-    def _read_request(self, sock: socket.socket, buf: bytearray
-                      ) -> tuple[Request | None, bool]:
+    def _read_request(self, sock: socket.socket, buf: bytearray) -> tuple[Request | None, bool]:
         head = _read_head(sock, buf)
         if head is None:
             return None, False
@@ -212,18 +219,21 @@ class Server:
             expect = headers.get("expect", "").lower()
             if expect and expect != "100-continue":
                 raise HttpError(417, f"Unsupported Expect header: {expect[:100]}")
-            body = self._read_body(sock, buf, headers,
-                                   continue_first=bool(expect) and version == "HTTP/1.1")
+            body = self._read_body(
+                sock, buf, headers, continue_first=bool(expect) and version == "HTTP/1.1"
+            )
         except HttpError as exc:
             exc.request_headers = headers
             raise
         path, _, query = target.partition("?")
-        request = Request(method, unquote(path), dict(parse_qsl(query, keep_blank_values=True)),
-                          headers, body)
+        request = Request(
+            method, unquote(path), dict(parse_qsl(query, keep_blank_values=True)), headers, body
+        )
         return request, _keep_alive(version, headers.get("connection", ""))
 
-    def _read_body(self, sock: socket.socket, buf: bytearray, headers: dict[str, str],
-                   continue_first: bool) -> bytes:
+    def _read_body(
+        self, sock: socket.socket, buf: bytearray, headers: dict[str, str], continue_first: bool
+    ) -> bytes:
         chunked = headers.get("transfer-encoding")
         length_text = headers.get("content-length")
         if chunked is not None:
@@ -236,8 +246,10 @@ class Server:
         elif not length_text.isdigit():
             raise HttpError(400, "Invalid Content-Length header")
         elif int(length_text) > self._max_body:
-            raise HttpError(413, f"Request body of {length_text} bytes exceeds the limit of "
-                                 f"{self._max_body} bytes")
+            raise HttpError(
+                413,
+                f"Request body of {length_text} bytes exceeds the limit of {self._max_body} bytes",
+            )
         if continue_first:
             sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         try:
@@ -245,8 +257,9 @@ class Server:
                 return _read_chunked(sock, buf, self._max_body)
             return _read_exact(sock, buf, int(length_text or 0))
         except TimeoutError:
-            raise HttpError(408, "Request body not received in time "
-                                 "(--rest_read_timeout_seconds)") from None
+            raise HttpError(
+                408, "Request body not received in time (--rest_read_timeout_seconds)"
+            ) from None
 
 
 # -- HTTP/1.1 framing ---------------------------------------------------------------------------
@@ -265,7 +278,7 @@ def _read_head(sock: socket.socket, buf: bytearray) -> bytes | None:
     if end > MAX_HEAD:
         raise HttpError(431, f"Request head exceeds {MAX_HEAD} bytes")
     head = bytes(buf[:end])
-    del buf[:end + 4]
+    del buf[: end + 4]
     return head
 
 
@@ -320,7 +333,7 @@ def _read_line(sock: socket.socket, buf: bytearray) -> bytes:
             raise ConnectionError("client closed mid-body")
         buf += chunk
     line = bytes(buf[:end])
-    del buf[:end + 2]
+    del buf[: end + 2]
     return line
 
 
@@ -346,8 +359,11 @@ def _read_chunked(sock: socket.socket, buf: bytearray, limit: int) -> bytes:
 
 
 def _send(sock: socket.socket, response: Response, head_only: bool, keep: bool) -> None:
-    lines = [f"HTTP/1.1 {response.status} {reason_phrase(response.status)}",
-             f"Date: {_date()}", "Server: ov-serverless"]
+    lines = [
+        f"HTTP/1.1 {response.status} {reason_phrase(response.status)}",
+        f"Date: {_date()}",
+        "Server: ov-serverless",
+    ]
     if response.status != 204:  # RFC 9110: a 204 has no Content-Length
         lines.append(f"Content-Length: {len(response.body)}")
     lines += [f"{name.title()}: {value}" for name, value in response.headers.items()]

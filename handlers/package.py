@@ -46,14 +46,22 @@ REPOSITORY_FOLDER = "model_repository"  # baked repository, under the task root
 TASK_ROOT = "/var/task"  # LAMBDA_TASK_ROOT: where Lambda unzips the package
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
 # the frontend each model file needs; IR (.xml) is read by libopenvino_ir_frontend
-FRONTENDS = {".xml": "ir", ".onnx": "onnx", ".tflite": "tensorflow_lite",
-             ".pb": "tensorflow", ".pdmodel": "paddle", ".gguf": "gguf"}
-ALL_FRONTENDS = ("ir", "onnx", "tensorflow", "tensorflow_lite", "paddle", "pytorch", "jax",
-                 "gguf")
+FRONTENDS = {
+    ".xml": "ir",
+    ".onnx": "onnx",
+    ".tflite": "tensorflow_lite",
+    ".pb": "tensorflow",
+    ".pdmodel": "paddle",
+    ".gguf": "gguf",
+}
+ALL_FRONTENDS = ("ir", "onnx", "tensorflow", "tensorflow_lite", "paddle", "pytorch", "jax", "gguf")
 NEVER_FRONTENDS = ("pytorch", "jax")  # they convert in-memory framework objects, not files
-PRUNED_LIBS = ("libopenvino_intel_gpu_plugin.so", "libopenvino_intel_npu_plugin.so",
-               "libopenvino_c.so",  # the C API: Python uses the C++ one
-               "cache.json")  # the GPU plugin's kernel cache
+PRUNED_LIBS = (
+    "libopenvino_intel_gpu_plugin.so",
+    "libopenvino_intel_npu_plugin.so",
+    "libopenvino_c.so",  # the C API: Python uses the C++ one
+    "cache.json",
+)  # the GPU plugin's kernel cache
 PRUNED_DIRS = {"tests", "__pycache__", "include", "cmake", "pkgconfig"}
 PRUNED_SUFFIXES = (".pyi", ".pyc", ".pc", ".h", ".hpp")
 
@@ -77,8 +85,7 @@ class Target:
         return [*tags, f"manylinux2014_{self.machine}"]
 
     def pip_options(self, glibc: tuple[int, int] = AL2023_GLIBC) -> list[str]:
-        options = ["--implementation", "cp", "--python-version", self.python,
-                   "--only-binary=:all:"]
+        options = ["--implementation", "cp", "--python-version", self.python, "--only-binary=:all:"]
         for platform in self.platforms(glibc):
             options += ["--platform", platform]
         return options
@@ -97,22 +104,27 @@ class Report:
 
     def lines(self) -> list[str]:
         pruned = sum(size for _, size in self.pruned)
-        lines = [f"wrote {self.out}",
-                 f"unzipped {self.unzipped_bytes:,} bytes ({_mib(self.unzipped_bytes)}) of "
-                 f"Lambda's {LAMBDA_UNZIPPED_LIMIT:,}; zipped {self.zipped_bytes:,} bytes "
-                 f"({_mib(self.zipped_bytes)})",
-                 f"wheels: {', '.join(self.wheels)}",
-                 f"OpenVINO frontends kept: {', '.join(self.frontends)}",
-                 f"bytecode: compiled by {self.bytecode}" if self.bytecode else
-                 "bytecode: none (no CPython of the target version here): each cold start "
-                 "compiles the modules it imports",
-                 f"pruned {len(self.pruned)} items, {pruned:,} bytes ({_mib(pruned)}):"]
+        lines = [
+            f"wrote {self.out}",
+            f"unzipped {self.unzipped_bytes:,} bytes ({_mib(self.unzipped_bytes)}) of "
+            f"Lambda's {LAMBDA_UNZIPPED_LIMIT:,}; zipped {self.zipped_bytes:,} bytes "
+            f"({_mib(self.zipped_bytes)})",
+            f"wheels: {', '.join(self.wheels)}",
+            f"OpenVINO frontends kept: {', '.join(self.frontends)}",
+            f"bytecode: compiled by {self.bytecode}"
+            if self.bytecode
+            else "bytecode: none (no CPython of the target version here): each cold start "
+            "compiles the modules it imports",
+            f"pruned {len(self.pruned)} items, {pruned:,} bytes ({_mib(pruned)}):",
+        ]
         lines += [f"  {path}  {_mib(size)}" for path, size in _biggest(self.pruned, 12)]
         if len(self.pruned) > 12:
             lines.append(f"  ... and {len(self.pruned) - 12} smaller items")
         if self.environment:
-            lines.append("set on the function: " + " ".join(
-                f"{k}={v}" for k, v in sorted(self.environment.items())))
+            lines.append(
+                "set on the function: "
+                + " ".join(f"{k}={v}" for k, v in sorted(self.environment.items()))
+            )
         return lines
 
 
@@ -155,6 +167,7 @@ def build(out: Path, options: Options) -> Report:
 
 
 # -- what to install ---------------------------------------------------------------------------
+
 
 def project_root() -> Path:
     return Path(__file__).resolve().parents[1]
@@ -209,23 +222,42 @@ class Resolved:
         return self.url.rsplit("/", 1)[-1].split("#", 1)[0]
 
 
-def resolve(requirements: list[str], target: Target,
-            glibc: tuple[int, int] = AL2023_GLIBC) -> list[Resolved]:
+def resolve(
+    requirements: list[str], target: Target, glibc: tuple[int, int] = AL2023_GLIBC
+) -> list[Resolved]:
     """The wheels pip picks for `target` (metadata only: nothing is downloaded)."""
     with tempfile.TemporaryDirectory(prefix="ovs-resolve-") as tmp:
         report = Path(tmp, "report.json")
-        _pip("install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
-             "--target", str(Path(tmp, "none")), *target.pip_options(glibc), *requirements,
-             what=f"resolving the dependencies for CPython {target.python} on "
-                  f"{target.arch} Lambda")
+        _pip(
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--report",
+            str(report),
+            "--target",
+            str(Path(tmp, "none")),
+            *target.pip_options(glibc),
+            *requirements,
+            what=f"resolving the dependencies for CPython {target.python} on {target.arch} Lambda",
+        )
         items = json.loads(report.read_text())["install"]
-    return sorted((Resolved(_name(item["metadata"]["name"]), item["metadata"]["version"],
-                            item["download_info"]["url"]) for item in items),
-                  key=lambda r: r.name)
+    return sorted(
+        (
+            Resolved(
+                _name(item["metadata"]["name"]),
+                item["metadata"]["version"],
+                item["download_info"]["url"],
+            )
+            for item in items
+        ),
+        key=lambda r: r.name,
+    )
 
 
-def _check_openvino(resolved: list[Resolved], requirements: list[str], target: Target,
-                    allow_older: bool) -> None:
+def _check_openvino(
+    resolved: list[Resolved], requirements: list[str], target: Target, allow_older: bool
+) -> None:
     """Stop when the newest openvino has no wheel that Lambda's glibc loads (arm64 today),
     unless the user asked for the newest one that loads."""
     ours = next((r for r in resolved if r.name == "openvino"), None)
@@ -241,16 +273,22 @@ def _check_openvino(resolved: list[Resolved], requirements: list[str], target: T
         f"Lambda's Amazon Linux 2023 has glibc {AL2023_GLIBC[0]}.{AL2023_GLIBC[1]}. The "
         f"newest openvino that loads there is {ours.version}: pass --allow_older_openvino to "
         "build with it, or deploy the container image (template.yaml), which brings its "
-        "own glibc.")
+        "own glibc."
+    )
 
 
 # -- download and install ----------------------------------------------------------------------
 
+
 def default_wheel_cache(target: Target) -> Path:
-    folder = subprocess.run([sys.executable, "-m", "pip", "cache", "dir"], capture_output=True,
-                            text=True, check=False).stdout.strip()
-    base = Path(folder) if folder and not folder.startswith("ERROR") else \
-        Path.home() / ".cache" / "pip"
+    folder = subprocess.run(
+        [sys.executable, "-m", "pip", "cache", "dir"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    base = (
+        Path(folder)
+        if folder and not folder.startswith("ERROR")
+        else Path.home() / ".cache" / "pip"
+    )
     return base / "ov-serverless-lambda" / f"cp{target.python.replace('.', '')}-{target.arch}"
 
 
@@ -259,9 +297,16 @@ def download(resolved: list[Resolved], target: Target, cache: Path) -> list[Path
     cache.mkdir(parents=True, exist_ok=True)
     missing = [r for r in resolved if not (cache / r.filename).is_file()]
     if missing:
-        _pip("download", "--no-deps", "--quiet", "--dest", str(cache), *target.pip_options(),
-             *[f"{r.name}=={r.version}" for r in missing],
-             what="downloading the wheels")
+        _pip(
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--dest",
+            str(cache),
+            *target.pip_options(),
+            *[f"{r.name}=={r.version}" for r in missing],
+            what="downloading the wheels",
+        )
     wheels = [cache / r.filename for r in resolved]
     absent = [w.name for w in wheels if not w.is_file()]
     if absent:
@@ -270,40 +315,58 @@ def download(resolved: list[Resolved], target: Target, cache: Path) -> list[Path
 
 
 def install(wheels: list[Path], target: Target, staging: Path) -> None:
-    _pip("install", "--no-deps", "--no-index", "--no-compile", "--quiet", "--target",
-         str(staging), *target.pip_options(), *map(str, wheels),
-         what="installing the wheels into the staging folder")
+    _pip(
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--no-compile",
+        "--quiet",
+        "--target",
+        str(staging),
+        *target.pip_options(),
+        *map(str, wheels),
+        what="installing the wheels into the staging folder",
+    )
     for leftover in staging.glob("bin"):  # console scripts: nothing on Lambda runs them
         shutil.rmtree(leftover)
 
 
 def _pip(*args: str, what: str) -> None:
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    done = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
-                          env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", *args], capture_output=True, text=True, env=env, check=False
+    )
     if done.returncode != 0:
-        errors = [line for line in done.stderr.splitlines()
-                  if line.strip() and not line.startswith("WARNING")]
+        errors = [
+            line
+            for line in done.stderr.splitlines()
+            if line.strip() and not line.startswith("WARNING")
+        ]
         raise PackageError(f"pip failed {what}:\n" + "\n".join(errors[-15:]))
 
 
 def copy_project(staging: Path) -> None:
     root = project_root()
     for package in PROJECT_PACKAGES:
-        shutil.copytree(root / package, staging / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(
+            root / package, staging / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
 
 
 # -- the model repository ------------------------------------------------------------------------
 
+
 def check_inputs(options: Options) -> None:
     if options.target.arch not in ARCHES:
-        raise PackageError(f"--arch must be one of {', '.join(ARCHES)}, "
-                           f"not {options.target.arch!r}")
+        raise PackageError(
+            f"--arch must be one of {', '.join(ARCHES)}, not {options.target.arch!r}"
+        )
     unknown = set(options.frontends) - set(ALL_FRONTENDS)
     if unknown:
-        raise PackageError(f"unknown frontend {', '.join(sorted(unknown))}; the frontends "
-                           f"are: {', '.join(ALL_FRONTENDS)}")
+        raise PackageError(
+            f"unknown frontend {', '.join(sorted(unknown))}; the frontends "
+            f"are: {', '.join(ALL_FRONTENDS)}"
+        )
     if options.config_path is not None and options.model_path is not None:
         raise PackageError("give --config_path or --model_path, not both")
     if options.config_path is not None:
@@ -325,8 +388,7 @@ def bake(options: Options, staging: Path) -> dict[str, str]:
     if options.model_path is not None:
         name = options.model_name or options.model_path.name
         shutil.copytree(options.model_path, dest / name, ignore=_repository_ignore)
-        return {"OVS_MODEL_PATH": f"{TASK_ROOT}/{REPOSITORY_FOLDER}/{name}",
-                "OVS_MODEL_NAME": name}
+        return {"OVS_MODEL_PATH": f"{TASK_ROOT}/{REPOSITORY_FOLDER}/{name}", "OVS_MODEL_NAME": name}
     return {}
 
 
@@ -348,7 +410,8 @@ def _check_relative(config: Path) -> None:
         if Path(base).is_absolute() or not inside.is_relative_to(config.parent.resolve()):
             raise PackageError(
                 f"model base_path {base!r} is outside the config's folder: a baked "
-                "repository must use paths relative to config.json (or bucket URLs)")
+                "repository must use paths relative to config.json (or bucket URLs)"
+            )
 
 
 def frontends_needed(options: Options, staging: Path) -> tuple[str, ...]:
@@ -377,11 +440,17 @@ def find_python(version: str) -> str | None:
     """A CPython of `version` here (PATH, then pyenv's versions), or None."""
     import glob
 
-    found = [shutil.which(f"python{version}"), *sorted(glob.glob(os.path.expanduser(
-        f"~/.pyenv/versions/{version}.*/bin/python{version}")), reverse=True)]
+    found = [
+        shutil.which(f"python{version}"),
+        *sorted(
+            glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")),
+            reverse=True,
+        ),
+    ]
     for candidate in filter(None, found):
-        done = subprocess.run([candidate, "-c", _PRINT_VERSION], capture_output=True,
-                              text=True, check=False)
+        done = subprocess.run(
+            [candidate, "-c", _PRINT_VERSION], capture_output=True, text=True, check=False
+        )
         if done.returncode == 0 and done.stdout.strip() == version:
             return candidate
     return None
@@ -393,16 +462,34 @@ def compile_bytecode(staging: Path, target: Target, root: str = TASK_ROOT) -> st
     python = find_python(target.python)
     if python is None:
         return ""
-    done = subprocess.run([python, "-m", "compileall", "-q", "-q", "--invalidation-mode",
-                           "unchecked-hash", "-s", str(staging), "-p", root, str(staging)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            python,
+            "-m",
+            "compileall",
+            "-q",
+            "-q",
+            "--invalidation-mode",
+            "unchecked-hash",
+            "-s",
+            str(staging),
+            "-p",
+            root,
+            str(staging),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
-        raise PackageError(f"compiling the modules with {python} failed:\n"
-                           f"{(done.stdout + done.stderr)[-2000:]}")
+        raise PackageError(
+            f"compiling the modules with {python} failed:\n{(done.stdout + done.stderr)[-2000:]}"
+        )
     return f"CPython {target.python}"
 
 
 # -- prune, measure, zip -------------------------------------------------------------------------
+
 
 def prune(staging: Path, frontends: Iterable[str]) -> list[tuple[str, int]]:
     """Delete what Lambda never uses; -> (path, bytes) of each item removed."""
@@ -447,8 +534,7 @@ def _frontend_of(rel: Path) -> str:
     match = re.fullmatch(r"libopenvino_(\w+?)_frontend\.so.*", rel.name)
     if match:
         return match.group(1)
-    if len(rel.parts) >= 3 and rel.parts[1] == "frontend" and (
-            rel.parts[2] in ALL_FRONTENDS):
+    if len(rel.parts) >= 3 and rel.parts[1] == "frontend" and (rel.parts[2] in ALL_FRONTENDS):
         return rel.parts[2]
     return ""
 
@@ -462,21 +548,27 @@ def _size(path: Path) -> int:
 def check_size(staging: Path) -> int:
     total = _size(staging)
     if total > LAMBDA_UNZIPPED_LIMIT:
-        items = [(p.relative_to(staging).as_posix(), _size(p))
-                 for p in _walk(staging) if p.is_file() or p.parent == staging]
+        items = [
+            (p.relative_to(staging).as_posix(), _size(p))
+            for p in _walk(staging)
+            if p.is_file() or p.parent == staging
+        ]
         biggest = "\n".join(f"  {path}  {_mib(size)}" for path, size in _biggest(items, 15))
         raise PackageError(
             f"the package is {total:,} bytes unzipped ({_mib(total)}), over Lambda's limit of "
             f"{LAMBDA_UNZIPPED_LIMIT:,} bytes by {_mib(total - LAMBDA_UNZIPPED_LIMIT)}. "
             f"The biggest items:\n{biggest}\nKeep the models in a bucket (no --config_path), "
-            "keep fewer frontends (--frontends), or deploy the container image.")
+            "keep fewer frontends (--frontends), or deploy the container image."
+        )
     return total
 
 
 def write_zip(staging: Path, out: Path) -> None:
     """Same files, same bytes: sorted entries, one timestamp, modes 0644 or 0755."""
-    files = sorted((p for p in staging.rglob("*") if p.is_file()),
-                   key=lambda p: p.relative_to(staging).as_posix())
+    files = sorted(
+        (p for p in staging.rglob("*") if p.is_file()),
+        key=lambda p: p.relative_to(staging).as_posix(),
+    )
     partial = out.with_name(out.name + ".partial")
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in files:
@@ -500,30 +592,52 @@ def _mib(size: int) -> str:
 
 # -- command line --------------------------------------------------------------------------------
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kind", choices=["lambda-zip"])
     parser.add_argument("out", help="the zip to write")
     parser.add_argument("--arch", choices=list(ARCHES), default="x86_64")
     parser.add_argument("--python", choices=PYTHONS, default="3.12")
-    parser.add_argument("--config_path", type=Path,
-                        help="bake this config.json and the models in its folder into the zip")
+    parser.add_argument(
+        "--config_path",
+        type=Path,
+        help="bake this config.json and the models in its folder into the zip",
+    )
     parser.add_argument("--model_path", type=Path, help="bake this model folder into the zip")
-    parser.add_argument("--model_name", default="", help="with --model_path (default: its "
-                        "folder's name)")
-    parser.add_argument("--extras", default="", help="comma-separated extras of the project "
-                        "to install (e.g. aws for boto3); awslambdaric comes with the runtime")
-    parser.add_argument("--frontends", default="", help="comma-separated OpenVINO frontends to "
-                        f"keep ({', '.join(ALL_FRONTENDS)}; default: those the baked models "
-                        "need, all but pytorch and jax when none is baked)")
-    parser.add_argument("--allow_older_openvino", action="store_true",
-                        help="build with the newest openvino Lambda's glibc loads when the "
-                             "newest release needs a newer one (arm64)")
+    parser.add_argument(
+        "--model_name", default="", help="with --model_path (default: its folder's name)"
+    )
+    parser.add_argument(
+        "--extras",
+        default="",
+        help="comma-separated extras of the project "
+        "to install (e.g. aws for boto3); awslambdaric comes with the runtime",
+    )
+    parser.add_argument(
+        "--frontends",
+        default="",
+        help="comma-separated OpenVINO frontends to "
+        f"keep ({', '.join(ALL_FRONTENDS)}; default: those the baked models "
+        "need, all but pytorch and jax when none is baked)",
+    )
+    parser.add_argument(
+        "--allow_older_openvino",
+        action="store_true",
+        help="build with the newest openvino Lambda's glibc loads when the "
+        "newest release needs a newer one (arm64)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     options = Options(
-        Target(args.arch, args.python), args.config_path, args.model_path, args.model_name,
-        _split(args.extras), _split(args.frontends), args.allow_older_openvino)
+        Target(args.arch, args.python),
+        args.config_path,
+        args.model_path,
+        args.model_name,
+        _split(args.extras),
+        _split(args.frontends),
+        args.allow_older_openvino,
+    )
     try:
         report = build(Path(args.out), options)
     except PackageError as exc:

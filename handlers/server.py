@@ -32,8 +32,9 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
     try:
         listener = http_server.listen(args.rest_bind_address, args.rest_port)
     except OSError as exc:
-        print(f"REST could not bind {args.rest_bind_address}:{args.rest_port}: {exc}",
-              file=sys.stderr)
+        print(
+            f"REST could not bind {args.rest_bind_address}:{args.rest_port}: {exc}", file=sys.stderr
+        )
         return 1
     stop = threading.Event()  # a signal during the model load: serve nothing, exit 0
     _on_signals(stop.set)
@@ -43,13 +44,16 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
     try:
         grpc = _start_grpc(app, settings, args)
     except RuntimeError as exc:
-        print(f"gRPC could not bind {args.grpc_bind_address}:{args.port}: {exc}",
-              file=sys.stderr)
+        print(f"gRPC could not bind {args.grpc_bind_address}:{args.port}: {exc}", file=sys.stderr)
         return 1
     server = http_server.Server(
-        app.handle, listener, max_body=settings.max_request_bytes, finish=app.finish,
+        app.handle,
+        listener,
+        max_body=settings.max_request_bytes,
+        finish=app.finish,
         threads=args.rest_workers or max(4, 2 * (os.cpu_count() or 1)),
-        read_timeout=args.rest_read_timeout_seconds)
+        read_timeout=args.rest_read_timeout_seconds,
+    )
     _on_signals(server.shutdown)
     if stop.is_set():
         server.shutdown()
@@ -78,8 +82,12 @@ def _start_grpc(app: App, settings: Settings, args: argparse.Namespace) -> Any:
 
 def _announce(args: argparse.Namespace) -> None:
     base = f"http://{args.rest_bind_address}:{args.rest_port}"
-    print(f"ov-serverless REST listening on {base}\n"
-          f"  curl {base}/v2/health/ready\n"
-          f"  curl {base}/v1/config\n"
-          f"  curl -X POST {base}/v1/models/scaler:predict "
-          "-d '{\"instances\": [[1, 2, 3, 4]]}'", file=sys.stderr, flush=True)
+    print(
+        f"ov-serverless REST listening on {base}\n"
+        f"  curl {base}/v2/health/ready\n"
+        f"  curl {base}/v1/config\n"
+        f"  curl -X POST {base}/v1/models/scaler:predict "
+        "-d '{\"instances\": [[1, 2, 3, 4]]}'",
+        file=sys.stderr,
+        flush=True,
+    )

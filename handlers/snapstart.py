@@ -53,8 +53,9 @@ _flags: set[str] = set()
 _recompile: threading.Thread | None = None
 
 
-def register(cold_start: dict[str, Any] | None = None,
-             app: Callable[[], App] = default_app) -> bool:
+def register(
+    cold_start: dict[str, Any] | None = None, app: Callable[[], App] = default_app
+) -> bool:
     """Register both hooks with snapshot-restore-py; False when it is not installed (not on
     a Lambda python runtime). `cold_start` (the handler's cold-start record) gets the
     restore's figures."""
@@ -68,6 +69,7 @@ def register(cold_start: dict[str, Any] | None = None,
 
 
 # -- before the snapshot -------------------------------------------------------------------------
+
 
 def before_snapshot(app: Callable[[], App] = default_app) -> dict[str, float]:
     steps: dict[str, float] = {}
@@ -91,8 +93,12 @@ def before_snapshot(app: Callable[[], App] = default_app) -> dict[str, float]:
 
 
 def _versions(app: App) -> list[ModelVersion]:
-    return [version for served in app.manager.models.values()
-            for version in served.versions.values() if version.available]
+    return [
+        version
+        for served in app.manager.models.values()
+        for version in served.versions.values()
+        if version.available
+    ]
 
 
 def _warm(version: ModelVersion) -> int:
@@ -112,8 +118,9 @@ def _warm(version: ModelVersion) -> int:
     try:
         version.infer(inputs)
     except Exception as exc:  # warming is an optimisation: a model it cannot feed still serves
-        log.warning("Model %s version %d: no warm inference: %s", version.name, version.version,
-                    exc)
+        log.warning(
+            "Model %s version %d: no warm inference: %s", version.name, version.version, exc
+        )
         return 0
     return 1
 
@@ -140,8 +147,9 @@ def _metrics_unchanged() -> Iterator[None]:
     finally:
         for family in metrics.REGISTRY:
             for values, child in list(family._children.items()):
-                counts, total = before.get((family.name, values), ([0] * len(
-                    getattr(child, "counts", ())), 0.0))
+                counts, total = before.get(
+                    (family.name, values), ([0] * len(getattr(child, "counts", ())), 0.0)
+                )
                 if isinstance(child, metrics.Buckets):
                     child.counts, child.sum = counts, total
                 else:
@@ -150,8 +158,10 @@ def _metrics_unchanged() -> Iterator[None]:
 
 # -- after a restore -------------------------------------------------------------------------------
 
-def after_restore(app: Callable[[], App] = default_app,
-                  cold_start: dict[str, Any] | None = None) -> dict[str, float]:
+
+def after_restore(
+    app: Callable[[], App] = default_app, cold_start: dict[str, Any] | None = None
+) -> dict[str, float]:
     global _recompile
     steps: dict[str, float] = {}
     built = app()
@@ -162,15 +172,18 @@ def after_restore(app: Callable[[], App] = default_app,
     with _step(steps, "clocks_s"):
         restart_clocks(built)
     with _step(steps, "cpu_s"):
-        changed = sorted(device for device, description
-                         in device_descriptions(built, refresh=True).items()
-                         if _devices.get(device, description) != description)
+        changed = sorted(
+            device
+            for device, description in device_descriptions(built, refresh=True).items()
+            if _devices.get(device, description) != description
+        )
         missing = sorted(_flags - cpu_flags()) if changed else []
         if missing:  # the old compile may use instructions this CPU lacks: not one more call
             recompile(built)
         elif changed:
-            _recompile = threading.Thread(target=recompile, args=(built,),
-                                          name="snapstart-recompile", daemon=True)
+            _recompile = threading.Thread(
+                target=recompile, args=(built,), name="snapstart-recompile", daemon=True
+            )
             _recompile.start()
     _log("after_restore", steps, cpu_changed=changed, cpu_missing=missing)
     if cold_start is not None:
@@ -200,8 +213,7 @@ def renew_storage(app: App) -> None:
         try:
             storage.renew_client(served.repository)
         except ServingError as exc:  # e.g. credentials gone: the old client fails visibly
-            log.error("Model %s: cannot renew its storage client: %s", served.name,
-                      exc.message)
+            log.error("Model %s: cannot renew its storage client: %s", served.name, exc.message)
     storage.forget_tokens()  # metadata-server tokens and their expiry clocks
 
 
@@ -258,11 +270,13 @@ def wait_for_recompile(timeout: float | None = None) -> bool:
 
 
 def _every_version(app: App) -> list[ModelVersion]:
-    return [version for served in app.manager.models.values()
-            for version in served.versions.values()]
+    return [
+        version for served in app.manager.models.values() for version in served.versions.values()
+    ]
 
 
 # -- helpers -------------------------------------------------------------------------------------
+
 
 class _step:  # noqa: N801 (used as a context manager, like a function)
     def __init__(self, steps: dict[str, float], name: str) -> None:

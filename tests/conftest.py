@@ -54,9 +54,10 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Zoo:
     for name, model in built.items():
         save_ir(model, root / name / "1")
     onnx_path = save_onnx_classifier(root / "classifier_onnx" / "1" / "classifier.onnx")
-    config = write_config(root / "config.json", [
-        {"name": name, "base_path": name} for name in [*built, "classifier_onnx"]
-    ])
+    config = write_config(
+        root / "config.json",
+        [{"name": name, "base_path": name} for name in [*built, "classifier_onnx"]],
+    )
     return Zoo(root, config, classifier_onnx=onnx_path, **built)
 
 
@@ -75,8 +76,9 @@ def server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerF
     of the module."""
     started: list[RunningServer] = []
 
-    def start(config_path: Path, *extra_args: str,
-              env: dict[str, str] | None = None) -> RunningServer:
+    def start(
+        config_path: Path, *extra_args: str, env: dict[str, str] | None = None
+    ) -> RunningServer:
         server = RunningServer(config_path, tmp_path_factory.mktemp("server"), extra_args, env)
         started.append(server)
         return server

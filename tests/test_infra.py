@@ -345,9 +345,7 @@ def deployed(cfn: dict[str, Any], **overrides: str) -> dict[str, Any]:
 
 
 def permissions(resources: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Permission"
-    ]
+    return [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Permission"]
 
 
 def test_function_url_none_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -359,11 +357,15 @@ def test_function_url_none_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
     public = [p for p in permissions(res) if p["Principal"] == "*"]
     target = {"Ref": "InferenceFunction"}
     assert {
-        "Action": "lambda:InvokeFunctionUrl", "FunctionName": target, "Principal": "*",
+        "Action": "lambda:InvokeFunctionUrl",
+        "FunctionName": target,
+        "Principal": "*",
         "FunctionUrlAuthType": "NONE",
     } in public
     assert {
-        "Action": "lambda:InvokeFunction", "FunctionName": target, "Principal": "*",
+        "Action": "lambda:InvokeFunction",
+        "FunctionName": target,
+        "Principal": "*",
         "InvokedViaFunctionUrl": True,
     } in public
 
@@ -437,14 +439,18 @@ def test_rules_refuse_a_bucket_without_models(monkeypatch: pytest.MonkeyPatch) -
         deployed(cfn, ModelBucket="models")
     env = deployed(cfn, ModelBucket="b", ConfigPath="c.json")["Resources"]["InferenceFunction"]
     assert env["Properties"]["Environment"]["Variables"]["OVS_CONFIG_PATH"] == {
-        "Fn::Sub": "s3://${ModelBucket}/${ConfigPath}"}
+        "Fn::Sub": "s3://${ModelBucket}/${ConfigPath}"
+    }
 
 
 def _cfn_lint(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     code = "import sys; from cfnlint.runner import main; sys.argv[0] = 'cfn-lint'; sys.exit(main())"
     return subprocess.run(
         [sys.executable, "-c", code, str(path), *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -590,8 +596,11 @@ def test_models_pvc_is_a_defined_read_only_many_alternative() -> None:
     dep = _patched_deployment()
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["volumes"]
-              if "persistentVolumeClaim" in v}
+    claims = {
+        v["name"]: v["persistentVolumeClaim"]
+        for v in pod["volumes"]
+        if "persistentVolumeClaim" in v
+    }
     (mount,) = [m for m in c["volumeMounts"] if m["name"] in claims]
     assert claims[mount["name"]] == {"claimName": pvc["metadata"]["name"], "readOnly": True}
     assert mount["readOnly"] is True
@@ -601,9 +610,13 @@ def test_models_pvc_is_a_defined_read_only_many_alternative() -> None:
 
 
 def test_every_claim_is_defined() -> None:
-    defined = {d["metadata"]["name"] for path in INFRA.glob("k8s/*.yaml")
-               if path != PVC_PATCH
-               for d in load_docs(path) if d["kind"] == "PersistentVolumeClaim"}
+    defined = {
+        d["metadata"]["name"]
+        for path in INFRA.glob("k8s/*.yaml")
+        if path != PVC_PATCH
+        for d in load_docs(path)
+        if d["kind"] == "PersistentVolumeClaim"
+    }
     for path in INFRA.glob("**/*.yaml"):
         for doc in load_docs(path) if path != PVC_PATCH else []:
             text = json.dumps(doc)
@@ -631,8 +644,11 @@ def _strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: _strict(v) for k, v in schema.items()}
-    if ("properties" in out and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")):
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -647,8 +663,10 @@ def crd_errors(doc: dict[str, Any]) -> list[str]:
         crd = json.loads(gzip.decompress(path.read_bytes()))
         if doc["apiVersion"] == f"{crd['group']}/{crd['version']}" and doc["kind"] == crd["kind"]:
             validator = Draft7Validator(_strict(crd["openAPIV3Schema"]))
-            return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-                    for e in validator.iter_errors(doc)]
+            return [
+                f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+                for e in validator.iter_errors(doc)
+            ]
     raise AssertionError(f"no vendored CRD schema for {doc['apiVersion']} {doc['kind']}")
 
 
@@ -705,8 +723,12 @@ def test_lambda_dockerfile_entrypoint() -> None:
     both, awslambdaric as the entry point (what AWS's own base images run)."""
     image = image_config(DOCKERFILES["lambda"])
     assert GLIBC[image.base] >= OPENVINO_AARCH64_GLIBC, image.base
-    assert image.argv == ["/opt/venv/bin/python", "-m", "awslambdaric",
-                          "handlers.aws_lambda.handler"]
+    assert image.argv == [
+        "/opt/venv/bin/python",
+        "-m",
+        "awslambdaric",
+        "handlers.aws_lambda.handler",
+    ]
     assert any('"./[aws,text]"' in r for r in instr(DOCKERFILES["lambda"], "RUN"))
     assert "awslambdaric" in constraints()
     assert image.env["OVS_CACHE_DIR"] == "/tmp/ov-cache"
@@ -724,8 +746,13 @@ def constraints() -> dict[str, str]:
 
 def test_constraints_are_the_tested_venv() -> None:
     """infra/constraints.txt pins what this venv runs, for everything the images install."""
-    proc = subprocess.run([sys.executable, str(INFRA / "lock.py"), "--check"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(INFRA / "lock.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     from importlib.metadata import version
 
@@ -759,11 +786,24 @@ def test_server_image_installs_only_what_serve_needs() -> None:
     (install,) = [r for r in instr(DOCKERFILES["server"], "RUN") if "pip install" in r]
     assert '"./[server]"' in install
     server = lock.closure(("server",))
-    for other_platform in ("awslambdaric", "functions-framework", "azure-functions", "flask",
-                           "gunicorn"):
+    for other_platform in (
+        "awslambdaric",
+        "functions-framework",
+        "azure-functions",
+        "flask",
+        "gunicorn",
+    ):
         assert other_platform not in server
-    for needed in ("grpcio", "grpcio-health-checking", "boto3", "google-cloud-storage",
-                   "azure-storage-blob", "azure-identity", "openvino", "numpy"):
+    for needed in (
+        "grpcio",
+        "grpcio-health-checking",
+        "boto3",
+        "google-cloud-storage",
+        "azure-storage-blob",
+        "azure-identity",
+        "openvino",
+        "numpy",
+    ):
         assert needed in server
 
 
@@ -858,7 +898,8 @@ def test_dockerfile_bake_switch(name: str) -> None:
     copied = [c.split() for c in instr(df, "COPY") if c.startswith("--from=build")]
     sources = {written.group(1).rstrip("/") + "/": served.rsplit("/", 1)[0] + "/"}
     assert served.startswith(written.group(1)) or any(
-        c[-2] in sources and c[-1] == sources[c[-2]] for c in copied), served
+        c[-2] in sources and c[-1] == sources[c[-2]] for c in copied
+    ), served
     if demo.cmd and "--config_path" in demo.cmd:
         assert arg_value(demo.cmd, "--config_path") == served
 
@@ -938,8 +979,9 @@ def test_deploy_doc_commands_parse() -> None:
 def test_deploy_doc_names_real_parameters_and_placeholders() -> None:
     text = DEPLOY_DOC.read_text()
     params = set(load_template()["Parameters"])
-    zip_params = set(yaml.load((ROOT / "template-zip.yaml").read_text(),
-                               Loader=_CfnLoader)["Parameters"])
+    zip_params = set(
+        yaml.load((ROOT / "template-zip.yaml").read_text(), Loader=_CfnLoader)["Parameters"]
+    )
     joined = re.sub(r"\\\n\s*", " ", text)  # continuation lines joined
     commands = [line for line in joined.splitlines() if "--parameter-overrides" in line]
     assert len(commands) == text.count("--parameter-overrides")
@@ -967,8 +1009,13 @@ def test_deploy_doc_names_real_parameters_and_placeholders() -> None:
 
 def test_every_platform_says_what_is_public_and_has_a_smoke_test() -> None:
     sections = doc_sections()
-    for title in ("AWS Lambda (SAM)", "Google Cloud Run", "Azure Functions",
-                  "Kubernetes (long-running gRPC + REST)", "KServe"):
+    for title in (
+        "AWS Lambda (SAM)",
+        "Google Cloud Run",
+        "Azure Functions",
+        "Kubernetes (long-running gRPC + REST)",
+        "KServe",
+    ):
         body = sections[title]
         assert "What is public" in body, title
         assert any("v2/health/ready" in block for block in shell_blocks(body)), title
@@ -993,14 +1040,32 @@ def test_deploy_doc_demo_output_is_what_the_demo_answers(tmp_path: Path) -> None
     documented = re.search(r"# (\{\"predictions\".*\})", text)
     assert documented
     exe = Path(sys.executable).parent / "ov-serverless"
-    subprocess.run([str(exe), "demo-repo", str(tmp_path / "demo")], check=True,
-                   capture_output=True, timeout=300, cwd=ROOT)
+    subprocess.run(
+        [str(exe), "demo-repo", str(tmp_path / "demo")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     proc = subprocess.run(
-        [str(exe), "invoke", "POST", "/v1/models/scaler:predict", "--data",
-         '{"instances": [[1, 2, 3, 4]]}', "--config_path", str(tmp_path / "demo/config.json"),
-         "--log_level", "ERROR"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env={**os.environ, "OVS_CACHE_DIR": str(tmp_path / "cache")})
+        [
+            str(exe),
+            "invoke",
+            "POST",
+            "/v1/models/scaler:predict",
+            "--data",
+            '{"instances": [[1, 2, 3, 4]]}',
+            "--config_path",
+            str(tmp_path / "demo/config.json"),
+            "--log_level",
+            "ERROR",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "OVS_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == json.loads(documented.group(1))
 

@@ -87,8 +87,11 @@ def _default(value: Any) -> Any:
         if value.dtype.kind in "SU":  # numpy strings: as the object arrays of bytes
             value = dtypes.as_bytes_array(value)
         if value.dtype == object:
-            return [_text(item) for item in value.ravel()] if value.ndim <= 1 \
+            return (
+                [_text(item) for item in value.ravel()]
+                if value.ndim <= 1
                 else [_default(row) for row in value]
+            )
         if value.ndim == 0:
             return value.item()
         return orjson.Fragment(orjson.dumps(np.ascontiguousarray(value), option=NUMPY_OPT))
@@ -112,12 +115,16 @@ def named_bytes_as_b64(outputs: Mapping[str, np.ndarray]) -> Mapping[str, np.nda
     """TF Serving's JSON rule for string outputs whose name ends with "_bytes": every element
     is written as {"b64": ...}, valid UTF-8 or not (other string outputs are written as text,
     and as {"b64": ...} only where they are not UTF-8)."""
-    named = [name for name, value in outputs.items()
-             if name.endswith("_bytes") and dtypes.is_strings(value)]
+    named = [
+        name
+        for name, value in outputs.items()
+        if name.endswith("_bytes") and dtypes.is_strings(value)
+    ]
     if not named:
         return outputs
-    return {name: _b64_objects(value) if name in named else value
-            for name, value in outputs.items()}
+    return {
+        name: _b64_objects(value) if name in named else value for name, value in outputs.items()
+    }
 
 
 def _b64_objects(value: np.ndarray) -> np.ndarray:
@@ -244,8 +251,9 @@ def _exact_integers(value: Any, dtype: np.dtype, name: str) -> np.ndarray:
 
 def _range_error(dtype: np.dtype, name: str) -> InvalidInputError:
     info = np.iinfo(dtype)
-    return InvalidInputError(f"Invalid value for input {name}: expected integers from "
-                             f"{info.min} to {info.max}")
+    return InvalidInputError(
+        f"Invalid value for input {name}: expected integers from {info.min} to {info.max}"
+    )
 
 
 def fits(array: np.ndarray, dtype: np.dtype) -> bool:
@@ -340,8 +348,12 @@ def fast_numeric(value: Any, dtype: np.dtype) -> tuple[np.ndarray, int] | None:
         return None
     if flat.size != math.prod(shape):
         return None
-    if entry[0] == "d" and dtype.itemsize < 8 and flat.size and \
-            not float(np.abs(flat).max()) < _EXACT_INT:
+    if (
+        entry[0] == "d"
+        and dtype.itemsize < 8
+        and flat.size
+        and not float(np.abs(flat).max()) < _EXACT_INT
+    ):
         return None
     if not fits(flat, dtype):  # the exact path reports it
         return None

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 _GREY_MODES = frozenset({"1", "L", "LA", "La"})
 
 
-def decode_inputs(specs: Mapping[str, TensorSpec], inputs: Inputs, color_format: str = "BGR"
-                  ) -> Inputs:
+def decode_inputs(
+    specs: Mapping[str, TensorSpec], inputs: Inputs, color_format: str = "BGR"
+) -> Inputs:
     """`inputs` with every batch of encoded images sent to a numeric input decoded to that
     input's layout, size and precision; other inputs pass through untouched."""
     decoded = dict(inputs)
@@ -54,8 +55,11 @@ def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR")
             f"Binary image input must be a 1-D batch of images; input name: {spec.name}"
         )
     layout = spec.image_layout or "NHWC"
-    height, width, channels = (spec.dims[1], spec.dims[2], spec.dims[3]) if layout == "NHWC" \
+    height, width, channels = (
+        (spec.dims[1], spec.dims[2], spec.dims[3])
+        if layout == "NHWC"
         else (spec.dims[2], spec.dims[3], spec.dims[1])
+    )
     dtype = np.dtype(spec.dtype.numpy)
     decoded = []
     for item in items:
@@ -84,19 +88,25 @@ def _decode_one(data: object, name: str, channels: int) -> np.ndarray:
     try:
         with Image.open(io.BytesIO(bytes(data))) as image:
             if image.format not in ("JPEG", "PNG"):
-                raise ImageDecodeError(f"Image parsing failed - format {image.format} is not "
-                                       f"jpeg or png; input name: {name}")
+                raise ImageDecodeError(
+                    f"Image parsing failed - format {image.format} is not "
+                    f"jpeg or png; input name: {name}"
+                )
             if image.width * image.height > max_pixels:
                 raise ImageDecodeError(
                     f"Image parsing failed - {image.width}x{image.height} pixels exceed the "
-                    f"limit of {max_pixels} pixels; input name: {name}")
+                    f"limit of {max_pixels} pixels; input name: {name}"
+                )
             array = _channels(image, channels, name)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise ImageDecodeError(f"Image parsing failed - the image exceeds the limit of "
-                               f"{max_pixels} pixels; input name: {name}") from None
+        raise ImageDecodeError(
+            f"Image parsing failed - the image exceeds the limit of "
+            f"{max_pixels} pixels; input name: {name}"
+        ) from None
     except UnidentifiedImageError:
-        raise ImageDecodeError(f"Image parsing failed - not a jpeg or png image; "
-                               f"input name: {name}") from None
+        raise ImageDecodeError(
+            f"Image parsing failed - not a jpeg or png image; input name: {name}"
+        ) from None
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageDecodeError(f"Image parsing failed - {exc}; input name: {name}") from None
     return array
@@ -150,8 +160,10 @@ def _sixteen_bit(image: Image.Image) -> bool:
 
 
 def _channels_error(channels: int, actual: str, name: str) -> InvalidInputError:
-    return InvalidInputError(f"Invalid number of channels in binary input - Expected: "
-                             f"{channels}; Actual: {actual}; input name: {name}")
+    return InvalidInputError(
+        f"Invalid number of channels in binary input - Expected: "
+        f"{channels}; Actual: {actual}; input name: {name}"
+    )
 
 
 def _target(dim: tuple[int, int], size: int) -> int:
@@ -175,8 +187,9 @@ def _cast(batch: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return batch.astype(dtype, copy=False)
 
 
-def resize_linear(pixels: np.ndarray, height: int, width: int,
-                  work: type[np.floating] = np.float32) -> np.ndarray:
+def resize_linear(
+    pixels: np.ndarray, height: int, width: int, work: type[np.floating] = np.float32
+) -> np.ndarray:
     """An H,W,C array resized as OpenCV's cv::resize(..., INTER_LINEAR), in `work` precision.
 
     The two passes commute, so the one that leaves fewer pixels for the second goes first."""

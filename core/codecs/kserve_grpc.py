@@ -23,15 +23,23 @@ from protos.gen.kserve import grpc_predict_v2_pb2 as pb
 from protos.pool import POOL
 
 _CONTENTS = {
-    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
-    "INT32": "int_contents", "INT64": "int64_contents", "UINT8": "uint_contents",
-    "UINT16": "uint_contents", "UINT32": "uint_contents", "UINT64": "uint64_contents",
-    "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
 }
 
 
 def parse_version(text: str) -> int | None:
-    """"" and "0" mean the default version; anything but digits is rejected."""
+    """ "" and "0" mean the default version; anything but digits is rejected."""
     if not text:
         return None
     if not text.isdigit() or len(text) > 18:
@@ -69,8 +77,9 @@ def decode_inputs(request: pb.ModelInferRequest) -> Inputs:
     return inputs
 
 
-def _from_contents(contents: pb.InferTensorContents, dtype: dtypes.DType, shape: list[int],
-                   count: int, name: str) -> np.ndarray:
+def _from_contents(
+    contents: pb.InferTensorContents, dtype: dtypes.DType, shape: list[int], count: int, name: str
+) -> np.ndarray:
     field = _CONTENTS.get(dtype.kserve)
     if field is None:
         raise InvalidInputError(
@@ -90,19 +99,23 @@ def _from_contents(contents: pb.InferTensorContents, dtype: dtypes.DType, shape:
     try:
         return np.fromiter(values, dtype.numpy, count).reshape(shape)
     except (OverflowError, ValueError):
-        raise InvalidInputError(f"Values out of range for {dtype.kserve}; input name: {name}"
-                                ) from None
+        raise InvalidInputError(
+            f"Values out of range for {dtype.kserve}; input name: {name}"
+        ) from None
 
 
-def encode(servable: Named, outputs: Mapping[str, np.ndarray], wanted: list[str],
-           request_id: str) -> pb.ModelInferResponse:
+def encode(
+    servable: Named, outputs: Mapping[str, np.ndarray], wanted: list[str], request_id: str
+) -> pb.ModelInferResponse:
     """The outputs named in `wanted` (every output when empty) as a ModelInferResponse."""
-    response = pb.ModelInferResponse(model_name=servable.name,
-                                     model_version=str(servable.version), id=request_id)
+    response = pb.ModelInferResponse(
+        model_name=servable.name, model_version=str(servable.version), id=request_id
+    )
     for name in wanted or outputs:
         value = outputs[name]
-        response.outputs.add(name=name, datatype=dtypes.from_numpy(value.dtype).kserve,
-                             shape=value.shape)
+        response.outputs.add(
+            name=name, datatype=dtypes.from_numpy(value.dtype).kserve, shape=value.shape
+        )
         response.raw_output_contents.append(to_binary(value))
     return response
 
@@ -133,6 +146,5 @@ class InferCall:
         self.wanted = requested_outputs(self.request, servable.outputs)
         return decode_inputs(self.request)
 
-    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]
-               ) -> pb.ModelInferResponse:
+    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]) -> pb.ModelInferResponse:
         return encode(servable, outputs, self.wanted, self.request.id)

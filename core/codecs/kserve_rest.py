@@ -45,8 +45,7 @@ class InferRequest:
     binary_default: bool = False
 
 
-def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpec]
-           ) -> InferRequest:
+def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpec]) -> InferRequest:
     json_part, binary = _split(body, header_length)
     doc = with_document(json_part, lambda parsed: _fast(parsed, json_part))
     if doc is None:
@@ -162,7 +161,8 @@ def _parameters(owner: dict[str, Any]) -> dict[str, Any]:
         return {}
     params = owner["parameters"]
     if not isinstance(params, dict) or not all(
-            isinstance(value, str | int | float) for value in params.values()):
+        isinstance(value, str | int | float) for value in params.values()
+    ):
         raise InvalidInputError(BAD_PARAMETERS)
     return params
 
@@ -186,8 +186,13 @@ class _BinaryReader:
         return chunk
 
 
-def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, TensorSpec],
-            single: bool = False) -> tuple[str, np.ndarray]:
+def _tensor(
+    item: Any,
+    index: int,
+    reader: _BinaryReader,
+    specs: Mapping[str, TensorSpec],
+    single: bool = False,
+) -> tuple[str, np.ndarray]:
     if not isinstance(item, dict):
         raise InvalidInputError(f"Invalid JSON structure. inputs[{index}] must be an object")
     name, shape, datatype = item.get("name"), item.get("shape"), item.get("datatype")
@@ -214,16 +219,18 @@ def _tensor(item: Any, index: int, reader: _BinaryReader, specs: Mapping[str, Te
                 "Request contains values both in binary data and in content value"
             )
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise InvalidInputError("binary_data_size parameter is invalid and cannot be "
-                                    f"parsed; input name: {name}")
+            raise InvalidInputError(
+                f"binary_data_size parameter is invalid and cannot be parsed; input name: {name}"
+            )
         return name, from_binary(reader.take(size), dtype, shape, count, name)
     if "data" not in item:
         raise InvalidInputError(f"Input {name} has neither data nor binary_data_size")
     return name, _from_json(item["data"], dtype, shape, count, name)
 
 
-def _from_json(data: Any, dtype: dtypes.DType, shape: list[int], count: int, name: str
-               ) -> np.ndarray:
+def _from_json(
+    data: Any, dtype: dtypes.DType, shape: list[int], count: int, name: str
+) -> np.ndarray:
     if dtype is dtypes.BYTES:
         flat = _flatten(data)
         if not all(isinstance(x, str) for x in flat):
@@ -256,8 +263,9 @@ def _flatten(data: Any) -> list[Any]:
     return out
 
 
-def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request: InferRequest
-           ) -> tuple[bytes, dict[str, str]]:
+def encode(
+    model: str, version: int, outputs: Mapping[str, np.ndarray], request: InferRequest
+) -> tuple[bytes, dict[str, str]]:
     """The JSON response (+ binary part when any output is asked for as binary)."""
     wanted = request.binary_outputs or {name: request.binary_default for name in outputs}
     unknown = sorted(set(wanted) - set(outputs))
@@ -267,8 +275,11 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
     chunks: list[bytes] = []
     for name, binary in wanted.items():
         value = outputs[name]
-        entry: dict[str, Any] = {"name": name, "datatype": dtypes.from_numpy(value.dtype).kserve,
-                                 "shape": list(value.shape)}
+        entry: dict[str, Any] = {
+            "name": name,
+            "datatype": dtypes.from_numpy(value.dtype).kserve,
+            "shape": list(value.shape),
+        }
         if binary:
             data = to_binary(value)
             entry["parameters"] = {"binary_data_size": len(data)}
@@ -276,8 +287,7 @@ def encode(model: str, version: int, outputs: Mapping[str, np.ndarray], request:
         else:
             entry["data"] = json_tensor(value.reshape(-1))
         described.append(entry)
-    doc: dict[str, Any] = {"model_name": model, "model_version": str(version),
-                           "outputs": described}
+    doc: dict[str, Any] = {"model_name": model, "model_version": str(version), "outputs": described}
     if request.id is not None:
         doc["id"] = request.id
     header = dumps(doc)
@@ -302,6 +312,7 @@ class InferCall:
         self.request = decode(self.body, self.header_length, servable.inputs)
         return self.request.inputs
 
-    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]
-               ) -> tuple[bytes, dict[str, str]]:
+    def encode(
+        self, servable: Named, outputs: Mapping[str, np.ndarray]
+    ) -> tuple[bytes, dict[str, str]]:
         return encode(servable.name, servable.version, outputs, self.request)

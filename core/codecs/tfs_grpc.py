@@ -35,10 +35,18 @@ SEQUENCE_ID = "sequence_id"  # core.serving.stateful.SEQUENCE_ID (not imported: 
 
 # Which typed field carries the values of each DataType (as TensorFlow's tensor_util fills them).
 _TYPED_FIELD = {
-    "DT_FLOAT": "float_val", "DT_DOUBLE": "double_val", "DT_HALF": "half_val",
-    "DT_INT8": "int_val", "DT_INT16": "int_val", "DT_INT32": "int_val",
-    "DT_UINT8": "int_val", "DT_UINT16": "int_val", "DT_INT64": "int64_val",
-    "DT_UINT32": "uint32_val", "DT_UINT64": "uint64_val", "DT_BOOL": "bool_val",
+    "DT_FLOAT": "float_val",
+    "DT_DOUBLE": "double_val",
+    "DT_HALF": "half_val",
+    "DT_INT8": "int_val",
+    "DT_INT16": "int_val",
+    "DT_INT32": "int_val",
+    "DT_UINT8": "int_val",
+    "DT_UINT16": "int_val",
+    "DT_INT64": "int64_val",
+    "DT_UINT32": "uint32_val",
+    "DT_UINT64": "uint64_val",
+    "DT_BOOL": "bool_val",
 }
 
 
@@ -50,8 +58,7 @@ def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
     dtype = dtypes.BY_TF_ENUM.get(proto.dtype)
     if dtype is None:
         raise InvalidInputError(
-            f"Invalid input precision - Unsupported: {_dtype_name(proto.dtype)}; "
-            f"input name: {name}"
+            f"Invalid input precision - Unsupported: {_dtype_name(proto.dtype)}; input name: {name}"
         )
     if proto.tensor_shape.unknown_rank:
         raise InvalidInputError(f"Tensor shape must be known; input name: {name}")
@@ -74,9 +81,7 @@ def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
             return np.fromiter(values, np.uint16, count).view(np.float16).reshape(shape)
         return np.fromiter(values, dtype.numpy, count).reshape(shape)
     except (OverflowError, ValueError):
-        raise InvalidInputError(
-            f"Values out of range for {dtype.tf}; input name: {name}"
-        ) from None
+        raise InvalidInputError(f"Values out of range for {dtype.tf}; input name: {name}") from None
 
 
 def _check_count(expected: int, actual: int, name: str) -> None:
@@ -122,8 +127,10 @@ def model_spec(spec: model_pb2.ModelSpec) -> tuple[str, int | None]:
     return spec.name, number or None
 
 
-def require_spec(request: get_model_metadata_pb2.GetModelMetadataRequest
-                  | get_model_status_pb2.GetModelStatusRequest) -> tuple[str, int | None]:
+def require_spec(
+    request: get_model_metadata_pb2.GetModelMetadataRequest
+    | get_model_status_pb2.GetModelStatusRequest,
+) -> tuple[str, int | None]:
     if not request.HasField("model_spec"):
         raise InvalidInputError("model_spec missing")
     return model_spec(request.model_spec)
@@ -138,8 +145,9 @@ def check_filter(wanted: Iterable[str], served: Mapping[str, object]) -> list[st
     return names
 
 
-def predict_response(servable: Named, outputs: Mapping[str, np.ndarray], wanted: list[str]
-                     ) -> predict_pb2.PredictResponse:
+def predict_response(
+    servable: Named, outputs: Mapping[str, np.ndarray], wanted: list[str]
+) -> predict_pb2.PredictResponse:
     """The outputs named in `wanted` (every output when empty) as a PredictResponse."""
     response = predict_pb2.PredictResponse()
     response.model_spec.name = servable.name
@@ -169,14 +177,16 @@ def check_metadata_field(request: get_model_metadata_pb2.GetModelMetadataRequest
 
 def metadata_response(doc: dict[str, Any]) -> get_model_metadata_pb2.GetModelMetadataResponse:
     """core.codecs.documents.tfs_metadata as its proto."""
-    return json_format.ParseDict(doc, get_model_metadata_pb2.GetModelMetadataResponse(),
-                                 descriptor_pool=POOL)
+    return json_format.ParseDict(
+        doc, get_model_metadata_pb2.GetModelMetadataResponse(), descriptor_pool=POOL
+    )
 
 
 def status_response(doc: dict[str, Any]) -> get_model_status_pb2.GetModelStatusResponse:
     """core.codecs.documents.model_status as its proto."""
-    return json_format.ParseDict(doc, get_model_status_pb2.GetModelStatusResponse(),
-                                 descriptor_pool=POOL)
+    return json_format.ParseDict(
+        doc, get_model_status_pb2.GetModelStatusResponse(), descriptor_pool=POOL
+    )
 
 
 class PredictCall:
@@ -191,6 +201,7 @@ class PredictCall:
         self.wanted = check_filter(self.request.output_filter, servable.outputs)
         return decode_inputs(self.request)
 
-    def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]
-               ) -> predict_pb2.PredictResponse:
+    def encode(
+        self, servable: Named, outputs: Mapping[str, np.ndarray]
+    ) -> predict_pb2.PredictResponse:
         return predict_response(servable, outputs, self.wanted)

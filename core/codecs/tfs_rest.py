@@ -43,16 +43,13 @@ def decode(body: bytes, specs: Mapping[str, TensorSpec]) -> tuple[Inputs, str]:
         return fast
     doc = loads(body)
     if not isinstance(doc, dict) or (("instances" in doc) == ("inputs" in doc)):
-        raise InvalidInputError(
-            "Invalid JSON structure. Could not detect row or column format"
-        )
+        raise InvalidInputError("Invalid JSON structure. Could not detect row or column format")
     if "instances" in doc:
         return _rows(doc["instances"], specs), ROW
     return _columns(doc["inputs"], specs), COLUMN
 
 
-def _fast(doc: Any, body: bytes, specs: Mapping[str, TensorSpec]
-          ) -> tuple[Inputs, str] | None:
+def _fast(doc: Any, body: bytes, specs: Mapping[str, TensorSpec]) -> tuple[Inputs, str] | None:
     """Big numeric bodies without Python floats (see core.codecs.common); None: the exact path.
 
     Covers `{"instances": <numbers>}` and `{"inputs": <numbers>}` for a one-input model,
@@ -93,15 +90,15 @@ def _fast(doc: Any, body: bytes, specs: Mapping[str, TensorSpec]
     return inputs, ROW if key == "instances" else COLUMN
 
 
-def _fast_named_rows(instances: Any, body: bytes, specs: Mapping[str, TensorSpec]
-                     ) -> tuple[Inputs, str] | None:
+def _fast_named_rows(
+    instances: Any, body: bytes, specs: Mapping[str, TensorSpec]
+) -> tuple[Inputs, str] | None:
     """`[{name: <numbers>, ...}, ...]` with the same names in the same order in every
     instance, each a regular array of one shape, for float inputs only (an integer input's
     range check spans the whole batch, which the exact path does): the instances stacked."""
     rows = [members(item) if is_object(item) else None for item in instances]
     first = rows[0]
-    if first is None or not first or any(row is None or list(row) != list(first)
-                                         for row in rows):
+    if first is None or not first or any(row is None or list(row) != list(first) for row in rows):
         return None
     inputs: Inputs = {}
     expected = 1  # the instances list
@@ -133,8 +130,10 @@ def _rows(instances: Any, specs: Mapping[str, TensorSpec]) -> Inputs:
                 raise InvalidInputError(
                     "Invalid JSON structure. Each instance must name the same inputs"
                 )
-        return {name: _array([item[name] for item in instances], specs, name, _ROW_WHERE)
-                for name in names}
+        return {
+            name: _array([item[name] for item in instances], specs, name, _ROW_WHERE)
+            for name in names
+        }
     return {_only_input(specs): _array(instances, specs, _only_input(specs), _ROW_WHERE)}
 
 
@@ -176,10 +175,11 @@ def encode(outputs: Mapping[str, np.ndarray], form: str) -> bytes:
     batch = {len(value) if value.ndim else 0 for value in outputs.values()}
     if len(batch) != 1 or 0 in batch:
         raise InvalidInputError(
-            "Outputs have different batch sizes; use the columnar format (\"inputs\")"
+            'Outputs have different batch sizes; use the columnar format ("inputs")'
         )
-    rows = [{name: json_tensor(value[i]) for name, value in outputs.items()}
-            for i in range(batch.pop())]
+    rows = [
+        {name: json_tensor(value[i]) for name, value in outputs.items()} for i in range(batch.pop())
+    ]
     return dumps({"predictions": rows})
 
 

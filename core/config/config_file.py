@@ -15,8 +15,12 @@ from core.config.objects import DEFAULT_METRICS, MetricsConfig, ModelConfig, Ser
 from core.config.pipelines import parse_libraries, parse_pipelines
 from core.errors import ConfigError, StorageError
 
-_TOP_KEYS = {"model_config_list", "pipeline_config_list", "custom_node_library_config_list",
-             "monitoring"}
+_TOP_KEYS = {
+    "model_config_list",
+    "pipeline_config_list",
+    "custom_node_library_config_list",
+    "monitoring",
+}
 
 
 def load_config_file(path: str, metrics: MetricsConfig = DEFAULT_METRICS) -> ServerConfig:
@@ -32,8 +36,9 @@ def load_config_file(path: str, metrics: MetricsConfig = DEFAULT_METRICS) -> Ser
     return parse_config(raw, path, metrics)
 
 
-def parse_config(raw: bytes, source: str = "", metrics: MetricsConfig = DEFAULT_METRICS
-                 ) -> ServerConfig:
+def parse_config(
+    raw: bytes, source: str = "", metrics: MetricsConfig = DEFAULT_METRICS
+) -> ServerConfig:
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -54,12 +59,17 @@ def parse_config(raw: bytes, source: str = "", metrics: MetricsConfig = DEFAULT_
             raise ConfigError(f"{path}.config.name: model name {model.name!r} is duplicated")
         models.append(model)
     pipelines = parse_pipelines(doc.get("pipeline_config_list", []), "pipeline_config_list")
-    libraries = parse_libraries(doc.get("custom_node_library_config_list", []),
-                                "custom_node_library_config_list",
-                                lambda path: resolve(base_dir, path))
+    libraries = parse_libraries(
+        doc.get("custom_node_library_config_list", []),
+        "custom_node_library_config_list",
+        lambda path: resolve(base_dir, path),
+    )
     for index, pipeline in enumerate(pipelines):
         if any(m.name == pipeline.name for m in models):
-            raise ConfigError(f"pipeline_config_list[{index}].name: Pipeline name: "
-                              f"{pipeline.name} is already occupied by model")
-    return ServerConfig(tuple(models), source, metrics_config(doc.get("monitoring"), metrics),
-                        pipelines, libraries)
+            raise ConfigError(
+                f"pipeline_config_list[{index}].name: Pipeline name: "
+                f"{pipeline.name} is already occupied by model"
+            )
+    return ServerConfig(
+        tuple(models), source, metrics_config(doc.get("monitoring"), metrics), pipelines, libraries
+    )

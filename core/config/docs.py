@@ -16,15 +16,20 @@ NONE = "—"
 def settings_table() -> str:
     """One markdown row per setting: flag, env variable, config.json field, type, default,
     meaning."""
-    lines = ["| flag | env | config.json | type | default | meaning |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| flag | env | config.json | type | default | meaning |", "|---|---|---|---|---|---|"]
     lines += [f"| {' | '.join(_cells(setting))} |" for setting in TABLE]
     return "\n".join(lines)
 
 
 def _cells(setting: Setting) -> tuple[str, ...]:
-    return (_code(setting.flag), _code(setting.env), _code(setting.field), setting.kind.name,
-            shown_default(setting), setting.doc.replace("|", "\\|"))
+    return (
+        _code(setting.flag),
+        _code(setting.env),
+        _code(setting.field),
+        setting.kind.name,
+        shown_default(setting),
+        setting.doc.replace("|", "\\|"),
+    )
 
 
 def _code(text: str) -> str:

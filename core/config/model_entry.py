@@ -23,12 +23,33 @@ from core.errors import ConfigError
 from core.runtime import devices
 from core.tensors.shapes import parse_batch, parse_shape
 
-MODEL_KEYS = {"name", "base_path", "batch_size", "shape", "layout", "model_version_policy",
-              "nireq", "target_device", "plugin_config", "allow_cache", "color_format",
-              "stateful", "max_sequence_number", "idle_sequence_cleanup",
-              "low_latency_transformation", "dynamic_batching", "mean", "scale", "precision",
-              "task", "pooling", "normalize", "truncate", "max_allowed_chunks",
-              "max_allowed_inputs"}
+MODEL_KEYS = {
+    "name",
+    "base_path",
+    "batch_size",
+    "shape",
+    "layout",
+    "model_version_policy",
+    "nireq",
+    "target_device",
+    "plugin_config",
+    "allow_cache",
+    "color_format",
+    "stateful",
+    "max_sequence_number",
+    "idle_sequence_cleanup",
+    "low_latency_transformation",
+    "dynamic_batching",
+    "mean",
+    "scale",
+    "precision",
+    "task",
+    "pooling",
+    "normalize",
+    "truncate",
+    "max_allowed_chunks",
+    "max_allowed_inputs",
+}
 
 
 def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig:
@@ -50,23 +71,32 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
             shape=parse_shape(entry.get("shape"), f"{path}.shape"),
             layout=_layout(entry.get("layout"), f"{path}.layout"),
             version_policy=parse_version_policy(
-                entry.get("model_version_policy"), f"{path}.model_version_policy"),
+                entry.get("model_version_policy"), f"{path}.model_version_policy"
+            ),
             nireq=integer(entry.get("nireq", 0), f"{path}.nireq", minimum=0),
-            target_device=devices.check(text(entry.get("target_device", "CPU"),
-                                             f"{path}.target_device"), f"{path}.target_device"),
+            target_device=devices.check(
+                text(entry.get("target_device", "CPU"), f"{path}.target_device"),
+                f"{path}.target_device",
+            ),
             plugin_config=modern_plugin_config(
                 _plugin_config(entry.get("plugin_config", {}), f"{path}.plugin_config"),
-                f"{path}.plugin_config", name),
+                f"{path}.plugin_config",
+                name,
+            ),
             allow_cache=boolean(entry.get("allow_cache", True), f"{path}.allow_cache"),
-            color_format=choice(entry.get("color_format", "BGR"), ("RGB", "BGR"),
-                                 f"{path}.color_format"),
+            color_format=choice(
+                entry.get("color_format", "BGR"), ("RGB", "BGR"), f"{path}.color_format"
+            ),
             stateful=boolean(entry.get("stateful", False), f"{path}.stateful"),
-            max_sequence_number=integer(entry.get("max_sequence_number", 500),
-                                     f"{path}.max_sequence_number", minimum=1),
-            idle_sequence_cleanup=boolean(entry.get("idle_sequence_cleanup", True),
-                                        f"{path}.idle_sequence_cleanup"),
-            low_latency_transformation=boolean(entry.get("low_latency_transformation", False),
-                                             f"{path}.low_latency_transformation"),
+            max_sequence_number=integer(
+                entry.get("max_sequence_number", 500), f"{path}.max_sequence_number", minimum=1
+            ),
+            idle_sequence_cleanup=boolean(
+                entry.get("idle_sequence_cleanup", True), f"{path}.idle_sequence_cleanup"
+            ),
+            low_latency_transformation=boolean(
+                entry.get("low_latency_transformation", False), f"{path}.low_latency_transformation"
+            ),
             dynamic_batching=_batching(entry.get("dynamic_batching"), f"{path}.dynamic_batching"),
             mean=float_or_floats(entry.get("mean"), f"{path}.mean"),
             scale=float_or_floats(entry.get("scale"), f"{path}.scale"),
@@ -77,11 +107,15 @@ def parse_model_config(entry: Any, path: str, base_dir: str = "") -> ModelConfig
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if model.stateful and _auto_batch(model) | _auto_shape(model):  # OVMS's rule and text
-        raise ConfigError(f"{path}: Dynamic shape and dynamic batch size are not supported for "
-                          "stateful models (batch_size / shape auto)")
+        raise ConfigError(
+            f"{path}: Dynamic shape and dynamic batch size are not supported for "
+            "stateful models (batch_size / shape auto)"
+        )
     if model.dynamic_batching is not None and _auto_batch(model) | _auto_shape(model):
-        raise ConfigError(f"{path}.dynamic_batching: needs a dynamic batch dimension; use "
-                          "batch_size -1 (or a range), not auto")
+        raise ConfigError(
+            f"{path}.dynamic_batching: needs a dynamic batch dimension; use "
+            "batch_size -1 (or a range), not auto"
+        )
     _auto_notices(model)
     return model
 
@@ -111,14 +145,29 @@ def float_or_floats(value: Any, path: str) -> float | tuple[float, ...] | None:
             return float(value)
     except (TypeError, ValueError):
         pass
-    raise ConfigError(f"{path}: expected a number or a list of numbers (one per channel), "
-                      f"got {value!r}")
+    raise ConfigError(
+        f"{path}: expected a number or a list of numbers (one per channel), got {value!r}"
+    )
 
 
 # OVMS's precision names -> OpenVINO element types
-_PRECISIONS = {"BF16": "bf16", "FP64": "f64", "FP32": "f32", "FP16": "f16", "INT64": "i64",
-              "INT32": "i32", "INT16": "i16", "INT8": "i8", "INT4": "i4", "UINT64": "u64",
-              "UINT32": "u32", "UINT16": "u16", "UINT8": "u8", "UINT4": "u4", "UINT1": "u1"}
+_PRECISIONS = {
+    "BF16": "bf16",
+    "FP64": "f64",
+    "FP32": "f32",
+    "FP16": "f16",
+    "INT64": "i64",
+    "INT32": "i32",
+    "INT16": "i16",
+    "INT8": "i8",
+    "INT4": "i4",
+    "UINT64": "u64",
+    "UINT32": "u32",
+    "UINT16": "u16",
+    "UINT8": "u8",
+    "UINT4": "u4",
+    "UINT1": "u1",
+}
 
 
 def _precision(value: Any, path: str) -> tuple[str, str] | None:
@@ -126,10 +175,16 @@ def _precision(value: Any, path: str) -> tuple[str, str] | None:
     if value is None or value == "":
         return None
     request, sep, model = str(value).upper().partition(":")
-    if not isinstance(value, str) or not sep or request not in _PRECISIONS \
-            or model not in _PRECISIONS:
-        raise ConfigError(f"{path}: expected <request precision>:<model precision> of "
-                          f"{', '.join(_PRECISIONS)}, got {value!r}")
+    if (
+        not isinstance(value, str)
+        or not sep
+        or request not in _PRECISIONS
+        or model not in _PRECISIONS
+    ):
+        raise ConfigError(
+            f"{path}: expected <request precision>:<model precision> of "
+            f"{', '.join(_PRECISIONS)}, got {value!r}"
+        )
     return _PRECISIONS[request], _PRECISIONS[model]
 
 
@@ -137,11 +192,19 @@ def _auto_notices(model: ModelConfig) -> None:
     """OVMS's warnings for "auto": it still works (core.runtime.auto_shape), at a compile
     per change."""
     if _auto_batch(model):
-        notice_once(model.name, "batch_size", "Batch size auto is deprecated. Use model "
-                     "dynamic shapes instead (batch_size -1 or a range)")
+        notice_once(
+            model.name,
+            "batch_size",
+            "Batch size auto is deprecated. Use model "
+            "dynamic shapes instead (batch_size -1 or a range)",
+        )
     if _auto_shape(model):
-        notice_once(model.name, "shape", "Shape auto is deprecated. Use model dynamic "
-                     "shapes instead (-1 or a range in the shape)")
+        notice_once(
+            model.name,
+            "shape",
+            "Shape auto is deprecated. Use model dynamic "
+            "shapes instead (-1 or a range in the shape)",
+        )
 
 
 def parse_version_policy(value: Any, path: str) -> VersionPolicy:
@@ -153,8 +216,10 @@ def parse_version_policy(value: Any, path: str) -> VersionPolicy:
         except orjson.JSONDecodeError:
             raise ConfigError(f"{path}: Model version policy is in wrong format") from None
     if not isinstance(value, dict) or len(value) != 1:
-        raise ConfigError(f"{path}: Model version policy is in wrong format; expected exactly "
-                          'one of {"all": {}}, {"latest": {...}}, {"specific": {...}}')
+        raise ConfigError(
+            f"{path}: Model version policy is in wrong format; expected exactly "
+            'one of {"all": {}}, {"latest": {...}}, {"specific": {...}}'
+        )
     ((kind, body),) = value.items()
     if kind not in ("all", "latest", "specific") or not isinstance(body, dict):
         raise ConfigError(f"{path}: Model version policy contains unsupported key: {kind}")
@@ -169,8 +234,9 @@ def parse_version_policy(value: Any, path: str) -> VersionPolicy:
     versions = body.get("versions")
     if not isinstance(versions, list) or not versions:
         raise ConfigError(f"{path}.specific.versions: required, a non-empty list")
-    picked = tuple(integer(v, f"{path}.specific.versions[{i}]", minimum=1)
-                   for i, v in enumerate(versions))
+    picked = tuple(
+        integer(v, f"{path}.specific.versions[{i}]", minimum=1) for i, v in enumerate(versions)
+    )
     return VersionPolicy("specific", versions=picked)
 
 
@@ -190,17 +256,20 @@ def _batching(value: Any, path: str) -> BatchingConfig | None:
     reject_unknown(value, {"max_batch_size", "window_us"}, path)
     default = BatchingConfig()
     return BatchingConfig(
-        integer(value.get("max_batch_size", default.max_batch_size), f"{path}.max_batch_size",
-             minimum=2),
-        integer(value.get("window_us", default.window_us), f"{path}.window_us", minimum=0))
+        integer(
+            value.get("max_batch_size", default.max_batch_size), f"{path}.max_batch_size", minimum=2
+        ),
+        integer(value.get("window_us", default.window_us), f"{path}.window_us", minimum=0),
+    )
 
 
 def _task_options(entry: dict[str, Any], path: str) -> dict[str, Any]:
     """A text model's options given in the config entry (or flags / env)."""
     options: dict[str, Any] = {}
     if entry.get("pooling") is not None:
-        options["pooling"] = choice(str(entry["pooling"]).upper(), ("CLS", "LAST", "MEAN"),
-                                     f"{path}.pooling")
+        options["pooling"] = choice(
+            str(entry["pooling"]).upper(), ("CLS", "LAST", "MEAN"), f"{path}.pooling"
+        )
     for key in ("normalize", "truncate"):
         if entry.get(key) is not None:
             options[key] = boolean(entry[key], f"{path}.{key}")

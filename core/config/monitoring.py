@@ -15,8 +15,9 @@ def metrics_from_flags(enable: bool | None, listed: str) -> MetricsConfig:
     """--metrics_enable / --metrics_list "a,b" (OVMS's flags); enable None: not given."""
     names = tuple(name.strip() for name in listed.split(",") if name.strip())
     if names and not enable:  # OVMS's rule and text
-        raise ConfigError("metrics_enable setting is missing, required when metrics_list is "
-                          "provided")
+        raise ConfigError(
+            "metrics_enable setting is missing, required when metrics_list is provided"
+        )
     return MetricsConfig(enable is not False, _families(names, "metrics_list"))
 
 
@@ -35,10 +36,15 @@ def metrics_config(monitoring: Any, fallback: MetricsConfig) -> MetricsConfig:
         raise ConfigError("monitoring.metrics.metrics_list: expected a list of metric names")
     path = text(metrics.get("endpoint_path", METRICS_PATH), "monitoring.metrics.endpoint_path")
     if not re.fullmatch(r"/[a-zA-Z0-9]*", path):
-        raise ConfigError(f"monitoring.metrics.endpoint_path: {path!r} is not a valid endpoint "
-                          "path: '/' then letters and digits only")
-    return MetricsConfig(boolean(metrics.get("enable", False), "monitoring.metrics.enable"),
-                         _families(tuple(listed), "monitoring.metrics.metrics_list"), path)
+        raise ConfigError(
+            f"monitoring.metrics.endpoint_path: {path!r} is not a valid endpoint "
+            "path: '/' then letters and digits only"
+        )
+    return MetricsConfig(
+        boolean(metrics.get("enable", False), "monitoring.metrics.enable"),
+        _families(tuple(listed), "monitoring.metrics.metrics_list"),
+        path,
+    )
 
 
 def _families(names: tuple[str, ...], path: str) -> tuple[str, ...]:

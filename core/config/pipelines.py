@@ -10,8 +10,18 @@ from core.errors import ConfigError
 
 REQUEST = "request"
 _PIPELINE_KEYS = {"name", "inputs", "nodes", "outputs", "demultiply_count"}
-_NODE_KEYS = {"name", "type", "model_name", "version", "library_name", "params", "inputs",
-              "outputs", "demultiply_count", "gather_from_node"}
+_NODE_KEYS = {
+    "name",
+    "type",
+    "model_name",
+    "version",
+    "library_name",
+    "params",
+    "inputs",
+    "outputs",
+    "demultiply_count",
+    "gather_from_node",
+}
 
 
 @dataclass(frozen=True)
@@ -72,13 +82,19 @@ def parse_pipelines(value: Any, path: str) -> tuple[PipelineConfig, ...]:
         where = f"{path}[{i}]"
         object_of(item, _PIPELINE_KEYS, where)
         inputs = required_list(item.get("inputs"), f"{where}.inputs")
-        pipelines.append(PipelineConfig(
-            name=required_text(item.get("name"), f"{where}.name"),
-            inputs=tuple(required_text(x, f"{where}.inputs[{j}]") for j, x in enumerate(inputs)),
-            nodes=tuple(_node(n, f"{where}.nodes[{j}]")
-                        for j, n in enumerate(required_list(item.get("nodes"), f"{where}.nodes"))),
-            outputs=_connections(item.get("outputs"), f"{where}.outputs"),
-        ))
+        pipelines.append(
+            PipelineConfig(
+                name=required_text(item.get("name"), f"{where}.name"),
+                inputs=tuple(
+                    required_text(x, f"{where}.inputs[{j}]") for j, x in enumerate(inputs)
+                ),
+                nodes=tuple(
+                    _node(n, f"{where}.nodes[{j}]")
+                    for j, n in enumerate(required_list(item.get("nodes"), f"{where}.nodes"))
+                ),
+                outputs=_connections(item.get("outputs"), f"{where}.outputs"),
+            )
+        )
     return tuple(pipelines)
 
 
@@ -86,29 +102,33 @@ def _node(item: Any, where: str) -> NodeConfig:
     object_of(item, _NODE_KEYS, where)
     kind = item.get("type")
     if kind not in ("DL model", "custom"):
-        raise ConfigError(f"{where}.type: must be \"DL model\" or \"custom\"")
+        raise ConfigError(f'{where}.type: must be "DL model" or "custom"')
     name = required_text(item.get("name"), f"{where}.name")
     if name == REQUEST:
-        raise ConfigError(f"{where}.name: \"request\" is reserved")
+        raise ConfigError(f'{where}.name: "request" is reserved')
     outputs: dict[str, str] = {}
     for j, out in enumerate(required_list(item.get("outputs"), f"{where}.outputs")):
         object_of(out, {"data_item", "alias"}, f"{where}.outputs[{j}]")
         item_name = required_text(out.get("data_item"), f"{where}.outputs[{j}].data_item")
         outputs[item_name] = required_text(out.get("alias"), f"{where}.outputs[{j}].alias")
     demux = item.get("demultiply_count")
-    if demux is not None and (isinstance(demux, bool) or not isinstance(demux, int)
-                              or not -1 <= demux <= 10000):
+    if demux is not None and (
+        isinstance(demux, bool) or not isinstance(demux, int) or not -1 <= demux <= 10000
+    ):
         raise ConfigError(f"{where}.demultiply_count: an integer from -1 to 10000")
     version = item.get("version")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
         raise ConfigError(f"{where}.version: an integer")
     return NodeConfig(
-        name=name, kind=kind,
+        name=name,
+        kind=kind,
         model_name=required_text(item.get("model_name"), f"{where}.model_name")
-        if kind == "DL model" else None,
+        if kind == "DL model"
+        else None,
         version=version or None,
         library=required_text(item.get("library_name"), f"{where}.library_name")
-        if kind == "custom" else None,
+        if kind == "custom"
+        else None,
         params={str(k): str(v) for k, v in (item.get("params") or {}).items()},
         inputs=_connections(item.get("inputs"), f"{where}.inputs"),
         outputs=outputs,
@@ -122,12 +142,14 @@ def _connections(value: Any, where: str) -> dict[str, Connection]:
     found: dict[str, Connection] = {}
     for j, entry in enumerate(required_list(value, where)):
         if not isinstance(entry, dict) or len(entry) != 1:
-            raise ConfigError(f"{where}[{j}]: expected {{\"name\": {{\"node_name\": ..., "
-                              "\"data_item\": ...}}}}")
+            raise ConfigError(
+                f'{where}[{j}]: expected {{"name": {{"node_name": ..., "data_item": ...}}}}}}}}'
+            )
         ((name, source),) = entry.items()
         object_of(source, {"node_name", "data_item"}, f"{where}[{j}].{name}")
         at = f"{where}[{j}].{name}"
-        found[name] = Connection(required_text(source.get("node_name"), f"{at}.node_name"),
-                                 required_text(source.get("data_item"), f"{at}.data_item"))
+        found[name] = Connection(
+            required_text(source.get("node_name"), f"{at}.node_name"),
+            required_text(source.get("data_item"), f"{at}.data_item"),
+        )
     return found
-

@@ -15,8 +15,10 @@ from typing import Any
 from core.config.notices import notice_once
 from core.errors import ConfigError
 
-_STREAMS_KEYS = {"CPU_THROUGHPUT_STREAMS": "CPU_THROUGHPUT_AUTO",
-                 "GPU_THROUGHPUT_STREAMS": "GPU_THROUGHPUT_AUTO"}
+_STREAMS_KEYS = {
+    "CPU_THROUGHPUT_STREAMS": "CPU_THROUGHPUT_AUTO",
+    "GPU_THROUGHPUT_STREAMS": "GPU_THROUGHPUT_AUTO",
+}
 _BIND_THREAD = {"YES": True, "HYBRID_AWARE": True, "NUMA": False, "NO": False}
 
 

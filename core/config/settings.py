@@ -57,8 +57,13 @@ class Settings:
     sequence_cleaner_minutes: float = 5.0
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, flags: Mapping[str, str] | None = None,
-                 defaults: Mapping[str, Any] | None = None, **overrides: Any) -> Settings:
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        flags: Mapping[str, str] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> Settings:
         """Each setting from its flag (`flags`: the text given, by setting name), else its env
         variable, else `defaults` (a command's own, e.g. `serve` polls), else the table's;
         `overrides` replace the result's fields."""
@@ -74,8 +79,10 @@ class Settings:
             elif setting.target == SETTINGS and (given or setting.name not in values):
                 values[setting.name] = value
         if options.keys() & _STATEFUL_ONLY and not options.get("stateful"):  # OVMS's text
-            raise ConfigError("Setting low_latency_transformation, max_sequence_number and "
-                              "idle_sequence_cleanup require setting stateful flag for the model.")
+            raise ConfigError(
+                "Setting low_latency_transformation, max_sequence_number and "
+                "idle_sequence_cleanup require setting stateful flag for the model."
+            )
         settings = cls(
             config_path=values["config_path"] or None,
             model_name=values["model_name"] or None,
@@ -94,8 +101,11 @@ class Settings:
             cors=_cors(values),
             cpu_extension=values["cpu_extension"],
             sequence_cleaner_minutes=values["sequence_cleaner_minutes"],
-            limits=Limits(values["max_tensor_elements"], values["max_tensor_bytes"],
-                          values["max_image_pixels"]),
+            limits=Limits(
+                values["max_tensor_elements"],
+                values["max_tensor_bytes"],
+                values["max_image_pixels"],
+            ),
         )
         return replace(settings, **overrides)
 
@@ -106,12 +116,16 @@ class Settings:
         if self.config_path and self.model_options:  # OVMS exits on these too
             raise ConfigError(
                 "Model parameters in CLI are exclusive with the config file: "
-                f"{', '.join(sorted(self.model_options))} (set them per model in the config)")
+                f"{', '.join(sorted(self.model_options))} (set them per model in the config)"
+            )
         if self.config_path:
             return load_config_file(self.config_path, self.metrics)
         if self.model_path:
-            entry = {"name": self.model_name or _default_name(self.model_path),
-                     "base_path": self.model_path, **self.model_options}
+            entry = {
+                "name": self.model_name or _default_name(self.model_path),
+                "base_path": self.model_path,
+                **self.model_options,
+            }
             return ServerConfig((parse_model_config(entry, "model"),), metrics=self.metrics)
         if self.model_name:
             raise ConfigError("model_path is required with model_name")
@@ -137,17 +151,29 @@ def _export_blobs(given: bool | None, env: Mapping[str, str]) -> bool | None:
     return False if "K_SERVICE" in env else None
 
 
-def cors_from_env(env: Mapping[str, str], origins: str | None = None,
-                  methods: str | None = None, headers: str | None = None,
-                  credentials: bool | None = None) -> CorsConfig:
+def cors_from_env(
+    env: Mapping[str, str],
+    origins: str | None = None,
+    methods: str | None = None,
+    headers: str | None = None,
+    credentials: bool | None = None,
+) -> CorsConfig:
     """OVS_ALLOWED_ORIGINS, OVS_ALLOWED_METHODS, OVS_ALLOWED_HEADERS and
     OVS_ALLOW_CREDENTIALS, each overridden by its argument when given."""
-    given = {"allowed_origins": origins, "allowed_methods": methods, "allowed_headers": headers,
-             "allow_credentials": None if credentials is None else str(credentials)}
+    given = {
+        "allowed_origins": origins,
+        "allowed_methods": methods,
+        "allowed_headers": headers,
+        "allow_credentials": None if credentials is None else str(credentials),
+    }
     flags = {name: text for name, text in given.items() if text is not None}
     return _cors({name: SETTINGS_BY_NAME[name].read(flags, env)[1] for name in given})
 
 
 def _cors(values: Mapping[str, Any]) -> CorsConfig:
-    return CorsConfig.from_flags(values["allowed_origins"], values["allowed_methods"],
-                                 values["allowed_headers"], values["allow_credentials"])
+    return CorsConfig.from_flags(
+        values["allowed_origins"],
+        values["allowed_methods"],
+        values["allowed_headers"],
+        values["allow_credentials"],
+    )

@@ -23,13 +23,28 @@ TASKS = ("embeddings", "rerank")
 POOLINGS = ("CLS", "LAST", "MEAN")
 CALCULATORS = {"EmbeddingsCalculatorOV": "embeddings", "RerankCalculatorOV": "rerank"}
 DEFAULT_CONTEXT = 1024  # OVMS's when config.json names no context length
-CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "seq_len", "seq_length", "n_ctx",
-                  "sliding_window")
+CONTEXT_FIELDS = (
+    "max_position_embeddings",
+    "n_positions",
+    "seq_len",
+    "seq_length",
+    "n_ctx",
+    "sliding_window",
+)
 DEFAULT_MAX_INPUTS = 500
 DEFAULT_MAX_CHUNKS = 10000  # OVMS's RerankCalculatorOVOptions default (from Cohere's docs)
-_GRAPH_KEYS = {"models_path", "normalize_embeddings", "truncate", "pooling", "target_device",
-               "device", "plugin_config", "max_allowed_chunks", "max_position_embeddings",
-               "max_allowed_inputs"}
+_GRAPH_KEYS = {
+    "models_path",
+    "normalize_embeddings",
+    "truncate",
+    "pooling",
+    "target_device",
+    "device",
+    "plugin_config",
+    "max_allowed_chunks",
+    "max_position_embeddings",
+    "max_allowed_inputs",
+}
 
 
 @dataclass(frozen=True)
@@ -54,12 +69,15 @@ def read(folder: Path, task: str, overrides: Mapping[str, Any]) -> TaskOptions:
     graph = parse_graph(folder / "graph.pbtxt") if (folder / "graph.pbtxt").is_file() else {}
     graph_task = graph.pop("__task__", "")
     if task and graph_task and task != graph_task:
-        raise ServingError(f"graph.pbtxt runs {graph_task}, but the model is configured for "
-                           f"task {task}")
+        raise ServingError(
+            f"graph.pbtxt runs {graph_task}, but the model is configured for task {task}"
+        )
     task = task or graph_task
     if task not in TASKS:
-        raise ServingError("No task: set task embeddings or rerank, or provide a graph.pbtxt "
-                           "with EmbeddingsCalculatorOV or RerankCalculatorOV")
+        raise ServingError(
+            "No task: set task embeddings or rerank, or provide a graph.pbtxt "
+            "with EmbeddingsCalculatorOV or RerankCalculatorOV"
+        )
     config = _json(folder / "config.json")
     pooling = overrides.get("pooling") or graph.get("pooling") or _st_pooling(folder) or "CLS"
     if pooling not in POOLINGS:
@@ -71,14 +89,23 @@ def read(folder: Path, task: str, overrides: Mapping[str, Any]) -> TaskOptions:
         normalize=_pick(overrides, "normalize", graph.get("normalize_embeddings"), True),
         truncate=_pick(overrides, "truncate", graph.get("truncate"), False),
         context=int(context),
-        max_inputs=int(_pick(overrides, "max_allowed_inputs", graph.get("max_allowed_inputs"),
-                             DEFAULT_MAX_INPUTS)),
-        max_chunks=int(_pick(overrides, "max_allowed_chunks", graph.get("max_allowed_chunks"),
-                             DEFAULT_MAX_CHUNKS)),
+        max_inputs=int(
+            _pick(
+                overrides, "max_allowed_inputs", graph.get("max_allowed_inputs"), DEFAULT_MAX_INPUTS
+            )
+        ),
+        max_chunks=int(
+            _pick(
+                overrides, "max_allowed_chunks", graph.get("max_allowed_chunks"), DEFAULT_MAX_CHUNKS
+            )
+        ),
         pad_token=int(config.get("pad_token_id") or 0),
         vocab_size=int(config.get("vocab_size") or 0),
-        special={k: int(config[f"{k}_token_id"]) for k in ("bos", "eos", "sep")
-                 if isinstance(config.get(f"{k}_token_id"), int)},
+        special={
+            k: int(config[f"{k}_token_id"])
+            for k in ("bos", "eos", "sep")
+            if isinstance(config.get(f"{k}_token_id"), int)
+        },
         target_device=str(graph.get("target_device") or graph.get("device") or ""),
         plugin_config=_plugin_config(graph.get("plugin_config", "")),
     )
@@ -113,13 +140,24 @@ def _st_pooling(folder: Path) -> str:
     another mode (max, mean_sqrt_len, weightedmean) or an ambiguous file is ignored, as OVMS
     ignores it (with a warning there)."""
     doc = _json(folder / "1_Pooling" / "config.json")
-    if any(doc.get(k) is True for k in ("pooling_mode_max_tokens",
-                                        "pooling_mode_mean_sqrt_len_tokens",
-                                        "pooling_mode_weightedmean_tokens")):
+    if any(
+        doc.get(k) is True
+        for k in (
+            "pooling_mode_max_tokens",
+            "pooling_mode_mean_sqrt_len_tokens",
+            "pooling_mode_weightedmean_tokens",
+        )
+    ):
         return ""
-    found = [mode for key, mode in (("pooling_mode_cls_token", "CLS"),
-                                     ("pooling_mode_mean_tokens", "MEAN"),
-                                     ("pooling_mode_lasttoken", "LAST")) if doc.get(key) is True]
+    found = [
+        mode
+        for key, mode in (
+            ("pooling_mode_cls_token", "CLS"),
+            ("pooling_mode_mean_tokens", "MEAN"),
+            ("pooling_mode_lasttoken", "LAST"),
+        )
+        if doc.get(key) is True
+    ]
     return found[0] if len(found) == 1 else ""
 
 
@@ -151,10 +189,12 @@ def parse_graph(path: Path) -> dict[str, Any]:
     calculators = _NODE.findall(text)
     if len(calculators) != 1 or calculators[0] not in CALCULATORS:
         found = ", ".join(calculators) or "none"
-        raise ServingError(f"graph.pbtxt: only a graph of one EmbeddingsCalculatorOV or "
-                           f"RerankCalculatorOV node is served here; found: {found}")
-    body = text[text.index("node_options"):] if "node_options" in text else ""
-    body = body[body.index("]") + 1:] if "]" in body else body
+        raise ServingError(
+            f"graph.pbtxt: only a graph of one EmbeddingsCalculatorOV or "
+            f"RerankCalculatorOV node is served here; found: {found}"
+        )
+    body = text[text.index("node_options") :] if "node_options" in text else ""
+    body = body[body.index("]") + 1 :] if "]" in body else body
     leftover = re.sub(r"[\s{},]", "", _OPTION.sub("", body).lstrip(" :"))
     if leftover:
         raise ServingError(f"graph.pbtxt: cannot read the node options near {leftover[:40]!r}")
@@ -165,7 +205,7 @@ def parse_graph(path: Path) -> dict[str, Any]:
         options[key] = _value(raw)
     models_path = options.get("models_path", "./")
     if str(models_path).strip("./") != "":
-        raise ServingError("graph.pbtxt: models_path must be the graph's own folder (\"./\")")
+        raise ServingError('graph.pbtxt: models_path must be the graph\'s own folder ("./")')
     return options
 
 

@@ -43,8 +43,9 @@ def load_tokenizers_extension() -> None:
             return
         spec = importlib.util.find_spec("openvino_tokenizers")
         if spec is None or not spec.submodule_search_locations:
-            raise ServingError("Text models need the openvino-tokenizers package "
-                               "(pip install openvino-tokenizers)")
+            raise ServingError(
+                "Text models need the openvino-tokenizers package (pip install openvino-tokenizers)"
+            )
         lib = Path(list(spec.submodule_search_locations)[0]) / "lib"
         found = sorted(lib.glob("*openvino_tokenizers.*"))
         if not found:
@@ -75,8 +76,7 @@ class TextModelVersion(ModelVersion):
         return path
 
     def _build(self) -> None:
-        self.options = task_options.read(self.folder, self.config.task,
-                                         self.config.task_options)
+        self.options = task_options.read(self.folder, self.config.task, self.config.task_options)
         if not (self.folder / TOKENIZER_FILE).is_file():
             raise ServingError(f"Could not find {TOKENIZER_FILE} in the model folder")
         load_tokenizers_extension()
@@ -90,8 +90,13 @@ class TextModelVersion(ModelVersion):
 
     def _compile_config(self) -> dict[str, Any]:
         config = super()._compile_config()
-        config.update({k: str(v) for k, v in self.options.plugin_config.items()
-                       if k not in self.config.plugin_config})  # the config entry wins
+        config.update(
+            {
+                k: str(v)
+                for k, v in self.options.plugin_config.items()
+                if k not in self.config.plugin_config
+            }
+        )  # the config entry wins
         return config
 
     def _tuning_keys(self) -> set[str]:
@@ -104,8 +109,13 @@ class TextModelVersion(ModelVersion):
         if not self.config.allow_cache:
             return ""
         o = self.options
-        return compiled_cache.key(core, device, self.files, properties, (
-            type(self).__name__, o.task, o.pooling, o.normalize))
+        return compiled_cache.key(
+            core,
+            device,
+            self.files,
+            properties,
+            (type(self).__name__, o.task, o.pooling, o.normalize),
+        )
 
     def _transform(self, model: ov.Model) -> None:
         if self.options.task == "embeddings":
@@ -114,8 +124,10 @@ class TextModelVersion(ModelVersion):
     def _check_signature(self) -> None:
         needed = {"input_ids", "attention_mask"}
         if not needed <= set(self.inputs):
-            raise ServingError(f"{MODEL_FILE} must take input_ids and attention_mask; it takes "
-                               f"{', '.join(self.inputs)}")
+            raise ServingError(
+                f"{MODEL_FILE} must take input_ids and attention_mask; it takes "
+                f"{', '.join(self.inputs)}"
+            )
         if self.options.task == "rerank" and "logits" not in self.outputs:
             raise ServingError(f"A rerank {MODEL_FILE} must have a logits output")
 
@@ -145,8 +157,10 @@ class TextModelVersion(ModelVersion):
     def strip_special(self, tokens: Tokens) -> list[list[int]]:
         """Each row's text tokens, without the template's special tokens or padding."""
         head, tail = len(self.prefix), len(self.suffix)
-        return [[int(t) for t in row[head:length - tail]]
-                for row, length in zip(tokens.ids, tokens.lengths, strict=True)]
+        return [
+            [int(t) for t in row[head : length - tail]]
+            for row, length in zip(tokens.ids, tokens.lengths, strict=True)
+        ]
 
     def truncated(self, tokens: Tokens, limit: int) -> Tokens:
         """Rows cut to `limit` tokens keeping the template's closing tokens, as a tokenizer
@@ -155,7 +169,7 @@ class TextModelVersion(ModelVersion):
         tail = self.suffix[: max(limit - len(self.prefix), 0)]
         for row, length in enumerate(tokens.lengths):
             if length > limit and tail:
-                ids[row, limit - len(tail):] = tail
+                ids[row, limit - len(tail) :] = tail
         return Tokens(ids, mask)
 
     # -- inference -----------------------------------------------------------------------------
@@ -177,7 +191,8 @@ class TextModelVersion(ModelVersion):
         if tokens.ids.shape[1] > limit:
             if not self.options.truncate:
                 raise InvalidInputError(
-                    f"Input length {tokens.ids.shape[1]} longer than allowed {limit}")
+                    f"Input length {tokens.ids.shape[1]} longer than allowed {limit}"
+                )
             tokens = self.truncated(tokens, limit)
         return self.run(tokens.ids, tokens.mask), int(tokens.mask.sum())
 
@@ -210,7 +225,8 @@ class TextModelVersion(ModelVersion):
         if len(chunks) > o.max_chunks:
             raise InvalidInputError(
                 "Chunking failed: exceeding max_allowed_chunks after chunking limit: "
-                f"{o.max_chunks}; actual: {len(chunks)}")
+                f"{o.max_chunks}; actual: {len(chunks)}"
+            )
         ids, mask = self._pairs(query_tokens, chunks)
         logits = self.run(ids, mask)
         column = logits[:, 1] if logits.shape[1] > 1 else logits[:, 0]
@@ -237,8 +253,10 @@ class TextModelVersion(ModelVersion):
         bos = special.get("bos", self.prefix[0] if self.prefix else None)
         eos = special.get("eos", self.suffix[-1] if self.suffix else None)
         if bos is None or eos is None:
-            raise ServingError("Rerank needs BOS and EOS tokens: the tokenizer adds none and "
-                               "config.json names no bos_token_id / eos_token_id")
+            raise ServingError(
+                "Rerank needs BOS and EOS tokens: the tokenizer adds none and "
+                "config.json names no bos_token_id / eos_token_id"
+            )
         return int(bos), int(eos), int(special.get("sep", eos))
 
 
@@ -254,7 +272,7 @@ def _chunks(documents: list[list[int]], room: int) -> tuple[list[list[int]], lis
     owners: list[int] = []
     for index, tokens in enumerate(documents):
         for start in range(0, max(len(tokens), 1), room):
-            chunks.append(tokens[start:start + room])
+            chunks.append(tokens[start : start + room])
             owners.append(index)
     return chunks, owners
 
@@ -262,8 +280,11 @@ def _chunks(documents: list[list[int]], room: int) -> tuple[list[list[int]], lis
 def _add_pooling(model: ov.Model, pooling: str, normalize: bool) -> None:
     """Replace the model's results by one [batch, hidden] `embeddings` output: the hidden
     states (the 3-D output) pooled over the attended tokens, then L2-normalised."""
-    hidden = [r.input_value(0) for r in model.get_results()
-              if r.get_output_partial_shape(0).rank.get_length() == 3]
+    hidden = [
+        r.input_value(0)
+        for r in model.get_results()
+        if r.get_output_partial_shape(0).rank.get_length() == 3
+    ]
     if not hidden:
         raise ServingError(f"{MODEL_FILE} has no 3-D output (hidden states) to pool")
     states = hidden[0]
@@ -283,8 +304,9 @@ def _pool(states: ov.Output, mask: ov.Output, pooling: str) -> ov.Node:
         return ops.gather(states, zero, one)
     weights = ops.convert(mask, "f32")
     if pooling == "MEAN":
-        summed = ops.reduce_sum(ops.multiply(states, ops.unsqueeze(weights, ops.constant(
-            np.int64(-1)))), one, False)
+        summed = ops.reduce_sum(
+            ops.multiply(states, ops.unsqueeze(weights, ops.constant(np.int64(-1)))), one, False
+        )
         count = ops.maximum(ops.reduce_sum(weights, one, True), ops.constant(np.float32(1e-9)))
         return ops.divide(summed, count)
     # LAST: the last attended token of each (right-padded) row
@@ -292,8 +314,9 @@ def _pool(states: ov.Output, mask: ov.Output, pooling: str) -> ov.Node:
     return ops.gather(states, last, one, 1)
 
 
-def tokens_of(model: TextModelVersion, texts: list[str], parameters: Mapping[str, Any]
-              ) -> list[list[int]]:
+def tokens_of(
+    model: TextModelVersion, texts: list[str], parameters: Mapping[str, Any]
+) -> list[list[int]]:
     """/v3/tokenize: each text's token ids, cut to max_length (keeping the closing special
     tokens, as the tokenizer's truncation does) and padded when asked."""
     tokens = model.tokenize(texts)
@@ -303,11 +326,11 @@ def tokens_of(model: TextModelVersion, texts: list[str], parameters: Mapping[str
     else:
         if limit is not None and tokens.ids.shape[1] > limit:
             tokens = model.truncated(tokens, limit)
-        rows = [[int(t) for t in row[:n]] for row, n in zip(tokens.ids, tokens.lengths,
-                                                             strict=True)]
+        rows = [
+            [int(t) for t in row[:n]] for row, n in zip(tokens.ids, tokens.lengths, strict=True)
+        ]
     if parameters.get("pad_to_max_length") and limit is not None:
         pad = [model.options.pad_token]
         left = parameters.get("padding_side") == "left"
-        rows = [pad * (limit - len(r)) + r if left else r + pad * (limit - len(r))
-                for r in rows]
+        rows = [pad * (limit - len(r)) + r if left else r + pad * (limit - len(r)) for r in rows]
     return rows

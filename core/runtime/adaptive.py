@@ -46,8 +46,12 @@ class Variant:
 def applies(concurrent: bool, device: str, explicit: Iterable[str], single: bool) -> bool:
     """Does a version adapt? A concurrent host, the CPU, no tuning key in its config, and a
     model that can run on two compiled forms (`single`: stateful or dynamically batched)."""
-    return (concurrent and device.split(":")[0] == "CPU" and not single
-            and not TUNING_KEYS.intersection(explicit))
+    return (
+        concurrent
+        and device.split(":")[0] == "CPU"
+        and not single
+        and not TUNING_KEYS.intersection(explicit)
+    )
 
 
 def hinted(properties: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -72,6 +76,7 @@ def compile_later(gate: threading.Event, compile_second: Callable[[], None], nam
     answer), at most SECOND_WAIT_S after now. The interpreter's exit waits for a compile that
     has started and skips one that has not: OpenVINO aborts the process ("terminate called
     without an active exception") when a compile still runs in a thread at exit."""
+
     def run() -> None:
         deadline = time.monotonic() + SECOND_WAIT_S
         try:

@@ -35,8 +35,11 @@ class Fit:
 
 def uses_auto(config: Any) -> bool:
     shape = config.shape
-    return (config.batch_size == AUTO or shape == AUTO
-            or (isinstance(shape, dict) and AUTO in shape.values()))
+    return (
+        config.batch_size == AUTO
+        or shape == AUTO
+        or (isinstance(shape, dict) and AUTO in shape.values())
+    )
 
 
 def shape_auto(config: Any, served: str, real: str) -> bool:
@@ -73,8 +76,7 @@ def needed(version: Any, inputs: Mapping[str, np.ndarray]) -> Fit | None:
 def _shaped(config: Any, served: str, real: str) -> bool:
     """Does the config give this input a shape (which wins over batch_size)?"""
     shape = config.shape
-    return shape is not None and (not isinstance(shape, dict) or served in shape
-                                  or real in shape)
+    return shape is not None and (not isinstance(shape, dict) or served in shape or real in shape)
 
 
 def _fits(dims: Dims, shape: tuple[int, ...]) -> bool:
@@ -87,6 +89,5 @@ def _other_batch(dims: Dims, index: int | None, shape: tuple[int, ...]) -> int |
         return None
     if fits(dims[index], shape[index]):
         return None
-    others = all(fits(d, s) for i, (d, s) in enumerate(zip(dims, shape, strict=True))
-                 if i != index)
+    others = all(fits(d, s) for i, (d, s) in enumerate(zip(dims, shape, strict=True)) if i != index)
     return shape[index] if others else None

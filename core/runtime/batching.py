@@ -42,8 +42,9 @@ class _Item:
 def batch_key(feed: Feed) -> tuple[object, ...]:
     """Requests with equal keys can be concatenated along dim 0 (string tensors of any element
     width: numpy widens the bytes dtype as it concatenates)."""
-    return tuple((name, array.shape[1:], _kind(array.dtype)) for name, array in
-                 sorted(feed.items()))
+    return tuple(
+        (name, array.shape[1:], _kind(array.dtype)) for name, array in sorted(feed.items())
+    )
 
 
 def _kind(dtype: np.dtype) -> str:
@@ -51,9 +52,15 @@ def _kind(dtype: np.dtype) -> str:
 
 
 class Batcher:
-    def __init__(self, config: BatchingConfig, pool: queue.Queue[Any], run: Run,
-                 name: str, on_wait: Callable[[float], None] = lambda seconds: None,
-                 on_batch: Callable[[int], None] = lambda rows: None) -> None:
+    def __init__(
+        self,
+        config: BatchingConfig,
+        pool: queue.Queue[Any],
+        run: Run,
+        name: str,
+        on_wait: Callable[[float], None] = lambda seconds: None,
+        on_batch: Callable[[int], None] = lambda rows: None,
+    ) -> None:
         self.config = config
         self._pool = pool
         self._run = run
@@ -61,10 +68,10 @@ class Batcher:
         self._on_batch = on_batch
         self._pending: queue.Queue[_Item | None] = queue.Queue()
         self._held: _Item | None = None  # taken but did not fit the last batch
-        self._workers = futures.ThreadPoolExecutor(pool.qsize() or 1,
-                                                   thread_name_prefix=f"batch-{name}")
-        self._thread = threading.Thread(target=self._collect, name=f"batcher-{name}",
-                                        daemon=True)
+        self._workers = futures.ThreadPoolExecutor(
+            pool.qsize() or 1, thread_name_prefix=f"batch-{name}"
+        )
+        self._thread = threading.Thread(target=self._collect, name=f"batcher-{name}", daemon=True)
         self._thread.start()
 
     def infer(self, feed: Feed) -> Outputs:
@@ -135,8 +142,10 @@ class Batcher:
             if len(batch) == 1:
                 outputs = self._run(request, batch[0].feed)
             else:
-                feed = {name: np.concatenate([item.feed[name] for item in batch])
-                        for name in batch[0].feed}
+                feed = {
+                    name: np.concatenate([item.feed[name] for item in batch])
+                    for name in batch[0].feed
+                }
                 outputs = self._run(request, feed)
             _split(batch, outputs, rows)
         except BaseException as exc:  # every caller of the batch gets the failure
@@ -158,7 +167,8 @@ def _split(batch: list[_Item], outputs: Outputs, total: int) -> None:
     for name, value in outputs.items():
         if value.ndim == 0 or len(value) != total:
             raise PreconditionError(
-                f"Dynamic batching: output {name} has shape {value.shape}, not {total} rows")
+                f"Dynamic batching: output {name} has shape {value.shape}, not {total} rows"
+            )
     start = 0
     for item in batch:
         end = start + item.rows

@@ -70,12 +70,12 @@ class Profile:
 _profile = Profile()
 
 
-def configure(concurrent: bool, blob_dirs: Iterable[str] = (), export: bool | None = None
-              ) -> None:
+def configure(concurrent: bool, blob_dirs: Iterable[str] = (), export: bool | None = None) -> None:
     """export None: on concurrent hosts (a one-request instance rarely lives to reuse one)."""
     global _profile
-    _profile = Profile(concurrent, tuple(d for d in blob_dirs if d),
-                       concurrent if export is None else export)
+    _profile = Profile(
+        concurrent, tuple(d for d in blob_dirs if d), concurrent if export is None else export
+    )
 
 
 def profile() -> Profile:
@@ -114,15 +114,21 @@ def _cpu_flags() -> str:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
                 wanted = ("avx", "amx", "sse4", "fma", "f16c", "vnni", "sve", "asimd")
-                return " ".join(sorted(f for f in line.split(":", 1)[1].split()
-                                       if f.startswith(wanted)))
+                return " ".join(
+                    sorted(f for f in line.split(":", 1)[1].split() if f.startswith(wanted))
+                )
     except OSError:
         pass
     return ""
 
 
-def key(core: ov.Core, device: str, files: VersionFiles, properties: dict[str, Any],
-        model_options: Iterable[object]) -> str:
+def key(
+    core: ov.Core,
+    device: str,
+    files: VersionFiles,
+    properties: dict[str, Any],
+    model_options: Iterable[object],
+) -> str:
     digest = hashlib.blake2b(digest_size=16)
     digest.update(_device_id(core, device).encode())
     for name, value in sorted(properties.items()):
@@ -146,8 +152,11 @@ def key(core: ov.Core, device: str, files: VersionFiles, properties: dict[str, A
 
 def _model_files(folder: Path) -> list[Path]:
     """Every file of the version (SavedModel variables/ too), not the blobs beside them."""
-    return sorted(p for p in folder.rglob("*")
-                  if p.is_file() and BLOB_FOLDER not in p.relative_to(folder).parts)
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and BLOB_FOLDER not in p.relative_to(folder).parts
+    )
 
 
 def _sample(digest: Any, path: Path, whole: bool) -> None:
@@ -178,23 +187,31 @@ def _local_dir(cache_dir: str) -> str:
     return str(Path(cache_dir) / "blobs") if cache_dir else ""
 
 
-def load(core: ov.Core, path: Path, device: str, properties: dict[str, Any]
-         ) -> tuple[ov.CompiledModel, np.memmap] | None:
+def load(
+    core: ov.Core, path: Path, device: str, properties: dict[str, Any]
+) -> tuple[ov.CompiledModel, np.memmap] | None:
     """Import a blob (memory-mapped, copy on write) -> (compiled model, the mapping it reads
     its weights from: keep it alive as long as the model); None when it does not import."""
     try:
         data = np.memmap(path, dtype=np.uint8, mode="c")
-        compiled = core.import_model(ov.Tensor(data, shared_memory=True), device,
-                                     {k: v for k, v in properties.items() if k != "CACHE_DIR"})
+        compiled = core.import_model(
+            ov.Tensor(data, shared_memory=True),
+            device,
+            {k: v for k, v in properties.items() if k != "CACHE_DIR"},
+        )
     except (RuntimeError, OSError, ValueError) as exc:
         log.warning("Compiled blob %s did not import (%s); compiling instead", path, exc)
         return None
     return compiled, data
 
 
-def save_later(compiled: ov.CompiledModel, name: str, cache_dir: str,
-               after: threading.Event | None = None,
-               cancelled: Callable[[], bool] = lambda: False) -> threading.Thread | None:
+def save_later(
+    compiled: ov.CompiledModel,
+    name: str,
+    cache_dir: str,
+    after: threading.Event | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> threading.Thread | None:
     """Export to <cache_dir>/blobs/<name>.blob on a background thread (atomic rename).
 
     The export takes a core for ~0.3 s on a ResNet-50: it waits for `after` (the version's

@@ -43,14 +43,16 @@ def check(target: str, path: str) -> str:
     """Refuse devices OpenVINO dropped and empty lists at config load; -> target."""
     kind, listed = candidates(target)
     if any(not item for item in listed) or (kind in ("MULTI", "HETERO", "BATCH") and not listed):
-        raise ConfigError(f"{path}: {target!r} names no device; write e.g. "
-                          f"{kind or 'AUTO'}:GPU,CPU")
+        raise ConfigError(
+            f"{path}: {target!r} names no device; write e.g. {kind or 'AUTO'}:GPU,CPU"
+        )
     for item in listed:
         name = _base(item)
         if name in DROPPED:
             raise ConfigError(
                 f"{path}: {name} is not supported: OpenVINO dropped the {name} plugin "
-                f"({DROPPED[name]}) in 2023.0; use CPU, GPU, NPU or AUTO")
+                f"({DROPPED[name]}) in 2023.0; use CPU, GPU, NPU or AUTO"
+            )
     return target
 
 
@@ -66,8 +68,12 @@ def resolve(core: ov.Core, target: str) -> str:
             raise _missing(target, listed, available)
         if present != listed:
             kept = f"AUTO:{','.join(present)}"
-            log.info("target_device %s: %s not on this host; compiling for %s", target,
-                     ", ".join(i for i in listed if i not in present), kept)
+            log.info(
+                "target_device %s: %s not on this host; compiling for %s",
+                target,
+                ", ".join(i for i in listed if i not in present),
+                kept,
+            )
             return kept
         return target
     if present != listed:
@@ -77,11 +83,13 @@ def resolve(core: ov.Core, target: str) -> str:
 
 def _has(available: list[str], device: str) -> bool:
     plain = device.split("(")[0]
-    return plain in available or ("." not in plain and any(
-        a.split(".")[0] == plain for a in available))
+    return plain in available or (
+        "." not in plain and any(a.split(".")[0] == plain for a in available)
+    )
 
 
 def _missing(target: str, missing: list[str], available: list[str]) -> ServingError:
     return ServingError(
         f"target_device {target}: {', '.join(missing)} not available on this host "
-        f"(OpenVINO sees: {', '.join(available) or 'no device'})")
+        f"(OpenVINO sees: {', '.join(available) or 'no device'})"
+    )

@@ -1,6 +1,6 @@
 """mapping_config.json: rename a version's inputs/outputs, as OVMS does.
 
-    {"inputs": {"<tensor name>": "<served name>"}, "outputs": {...}}
+{"inputs": {"<tensor name>": "<served name>"}, "outputs": {...}}
 """
 
 from __future__ import annotations

@@ -38,8 +38,10 @@ def add_extension(path: str) -> None:
     if not path or path in _extensions:
         return
     if not os.path.exists(path):
-        raise ConfigError("File path provided as an --cpu_extension parameter does not exist "
-                          f"in the filesystem: {path}")
+        raise ConfigError(
+            "File path provided as an --cpu_extension parameter does not exist "
+            f"in the filesystem: {path}"
+        )
     try:
         ov_core().add_extension(path)
     except RuntimeError as exc:

@@ -18,8 +18,7 @@ from core.tensors.shapes import ANY, AUTO, Dim, Dims
 Layouts = dict[str, tuple[str | None, str]]  # model input name -> (request layout, model layout)
 
 
-def apply(model: ov.Model, config: ModelConfig, aliases: Aliases, fit: Fit | None = None
-          ) -> None:
+def apply(model: ov.Model, config: ModelConfig, aliases: Aliases, fit: Fit | None = None) -> None:
     names = [_name(port) for port in model.inputs]
     real = {alias: name for name, alias in aliases.inputs.items()}
     layouts = _layouts(config.layout, names, real)
@@ -53,8 +52,7 @@ def _resolve(name: str, names: list[str] | set[str], real: dict[str, str]) -> st
     return resolved
 
 
-def _layouts(value: str | dict[str, str] | None, names: list[str], real: dict[str, str]
-             ) -> Layouts:
+def _layouts(value: str | dict[str, str] | None, names: list[str], real: dict[str, str]) -> Layouts:
     if value is None:
         return {}
     items = value.items() if isinstance(value, dict) else ((n, value) for n in names)
@@ -70,8 +68,9 @@ def _fitted(fit: Fit, names: list[str], real: dict[str, str]) -> dict[str, ov.Pa
     return {_resolve(name, names, real): ov.PartialShape(list(dims)) for name, dims in fit.shapes}
 
 
-def _shapes(config: ModelConfig, model: ov.Model, real: dict[str, str], layouts: Layouts,
-            fit: Fit) -> dict[str, ov.PartialShape]:
+def _shapes(
+    config: ModelConfig, model: ov.Model, real: dict[str, str], layouts: Layouts, fit: Fit
+) -> dict[str, ov.PartialShape]:
     """New shapes by model input name; an "auto" input keeps its own shape until fitted."""
     names = [_name(port) for port in model.inputs]
     fitted = _fitted(fit, names, real)
@@ -88,8 +87,10 @@ def _shapes(config: ModelConfig, model: ov.Model, real: dict[str, str], layouts:
         shapes = {name: fitted[name] for name in names if name in fitted}
     elif spec is not None:
         if len(names) != 1:
-            raise ServingError("A shape without input names is allowed only for a model with "
-                               "one input (ANONYMOUS_FIXED_SHAPE_NOT_ALLOWED)")
+            raise ServingError(
+                "A shape without input names is allowed only for a model with "
+                "one input (ANONYMOUS_FIXED_SHAPE_NOT_ALLOWED)"
+            )
         shapes = {name: _partial(spec) for name in names}
     batch = config.batch_size
     if batch is not None and not (batch == AUTO and fit.batch is None):
@@ -97,8 +98,11 @@ def _shapes(config: ModelConfig, model: ov.Model, real: dict[str, str], layouts:
         assert not isinstance(dim, str)
         for port in model.inputs:
             name = _name(port)
-            if name not in shapes and name not in _auto_kept(spec, name, real) \
-                    and port.get_partial_shape().rank.is_static:
+            if (
+                name not in shapes
+                and name not in _auto_kept(spec, name, real)
+                and port.get_partial_shape().rank.is_static
+            ):
                 shapes[name] = _with_batch(port, dim, layouts.get(name))
     return shapes
 
@@ -123,8 +127,9 @@ def _dimension(dim: Dim) -> ov.Dimension:
     return ov.Dimension(dim[0]) if dim[0] == dim[1] else ov.Dimension(dim[0], dim[1])
 
 
-def _with_batch(port: ov.Output, batch: Dim, layout: tuple[str | None, str] | None
-                ) -> ov.PartialShape:
+def _with_batch(
+    port: ov.Output, batch: Dim, layout: tuple[str | None, str] | None
+) -> ov.PartialShape:
     shape = list(port.get_partial_shape())
     if not shape:
         return ov.PartialShape(shape)
@@ -139,8 +144,10 @@ def _add_preprocessing(model: ov.Model, config: ModelConfig) -> None:
     from openvino.preprocess import PrePostProcessor
 
     if len(model.inputs) != 1:
-        raise ServingError("precision, mean and scale apply to a model with one input; this "
-                           f"one has {len(model.inputs)}")
+        raise ServingError(
+            "precision, mean and scale apply to a model with one input; this "
+            f"one has {len(model.inputs)}"
+        )
     ppp = PrePostProcessor(model)
     steps = ppp.input().preprocess()
     mean, scale = config.mean, config.scale
@@ -154,13 +161,17 @@ def _add_preprocessing(model: ov.Model, config: ModelConfig) -> None:
             steps.scale(list(scale) if isinstance(scale, tuple) else scale)
         ppp.build()
     except RuntimeError as exc:
-        raise ServingError(f"precision / mean / scale cannot apply to this model: "
-                           f"{_first_line(exc)}") from None
+        raise ServingError(
+            f"precision / mean / scale cannot apply to this model: {_first_line(exc)}"
+        ) from None
 
 
 def _first_line(exc: Exception) -> str:
-    lines = [line for line in str(exc).splitlines()
-             if line.strip() and not line.startswith(("Exception from", "Check '"))]
+    lines = [
+        line
+        for line in str(exc).splitlines()
+        if line.strip() and not line.startswith(("Exception from", "Check '"))
+    ]
     return lines[0].strip() if lines else type(exc).__name__
 
 

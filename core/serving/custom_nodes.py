@@ -73,8 +73,9 @@ def _import(name: str, base_path: str) -> ModuleType:
     except ServingError:
         raise
     except Exception as exc:  # user code: report any failure as a config problem
-        raise ConfigError(f"Custom node library {name} ({base_path}) failed to load: "
-                          f"{type(exc).__name__}: {exc}") from exc
+        raise ConfigError(
+            f"Custom node library {name} ({base_path}) failed to load: {type(exc).__name__}: {exc}"
+        ) from exc
     if not callable(getattr(module, "execute", None)):
         raise ConfigError(f"Custom node library {name} ({base_path}) defines no execute()")
     return module
@@ -91,8 +92,9 @@ class CustomNode:
         try:
             self.state = init(self.params) if init else None
         except Exception as exc:  # user code: the pipeline fails to load, the server stays up
-            raise ConfigError(f"Custom node {node_name}: initialize() failed: "
-                              f"{type(exc).__name__}: {exc}") from exc
+            raise ConfigError(
+                f"Custom node {node_name}: initialize() failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
@@ -100,8 +102,9 @@ class CustomNode:
         except ServingError:
             raise
         except Exception as exc:  # a broken node fails its request, not the server
-            raise InternalError(f"Custom node {self.name} failed: "
-                                f"{type(exc).__name__}: {exc}") from exc
+            raise InternalError(
+                f"Custom node {self.name} failed: {type(exc).__name__}: {exc}"
+            ) from exc
         if not isinstance(outputs, dict):
             raise InternalError(f"Custom node {self.name} must return a dict of arrays")
         return {key: self._array(key, value) for key, value in outputs.items()}
@@ -124,14 +127,18 @@ class CustomNode:
             return {}
         try:
             declared = info(self.params)
-            return {name: TensorSpec(name, dtypes.from_kserve(dtype), _dims(shape, name))
-                    for name, (dtype, shape) in declared.items()}
+            return {
+                name: TensorSpec(name, dtypes.from_kserve(dtype), _dims(shape, name))
+                for name, (dtype, shape) in declared.items()
+            }
         except ServingError as exc:
             raise ConfigError(f"Custom node {self.name} {kind}_info: {exc.message}") from exc
         except Exception as exc:  # user code: a bad declaration fails the pipeline's load
-            raise ConfigError(f"Custom node {self.name} {kind}_info: must return "
-                              "{name: (datatype, shape)}; "
-                              f"{type(exc).__name__}: {exc}") from exc
+            raise ConfigError(
+                f"Custom node {self.name} {kind}_info: must return "
+                "{name: (datatype, shape)}; "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
     def close(self) -> None:
         """deinitialize(state), once; a failure is logged (unloading must go on)."""

@@ -54,8 +54,14 @@ def find_model_file(folder: Path) -> Path:
 class ModelVersion:
     single_variant = False  # a subclass that must run on one compiled model (stateful)
 
-    def __init__(self, config: ModelConfig, version: int, folder: Path, cache_dir: str,
-                 files: VersionFiles | None = None) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        version: int,
+        folder: Path,
+        cache_dir: str,
+        files: VersionFiles | None = None,
+    ) -> None:
         self.config = config
         self.name = config.name
         self.version = version
@@ -156,13 +162,19 @@ class ModelVersion:
         core, properties = ov_core(), self._compile_config()
         device = devices.resolve(core, self.config.target_device)
         self._adapts = adaptive.applies(
-            compiled_cache.profile().concurrent, device, self._tuning_keys(),
-            self.single_variant or self.config.dynamic_batching is not None)
+            compiled_cache.profile().concurrent,
+            device,
+            self._tuning_keys(),
+            self.single_variant or self.config.dynamic_batching is not None,
+        )
         if self._adapts:
             properties = adaptive.hinted(properties, adaptive.LATENCY)
         self.blob_key = self._blob_name(core, device, properties)
-        found = compiled_cache.find(self.blob_key, self.files, self.cache_dir) \
-            if self.blob_key else None
+        found = (
+            compiled_cache.find(self.blob_key, self.files, self.cache_dir)
+            if self.blob_key
+            else None
+        )
         started = time.perf_counter()  # after find: a blob's download is a storage timing
         imported = compiled_cache.load(core, found, device, properties) if found else None
         self.timings["blob_hit"] = float(imported is not None)
@@ -175,8 +187,9 @@ class ModelVersion:
             started = time.perf_counter()
             self._compiled = core.compile_model(model, device, properties)
             if self.blob_key:
-                compiled_cache.save_later(self._compiled, self.blob_key, self.cache_dir,
-                                          self._export_gate, self._retiring)
+                compiled_cache.save_later(
+                    self._compiled, self.blob_key, self.cache_dir, self._export_gate, self._retiring
+                )
         self.timings["compile_s"] = time.perf_counter() - started
         self._describe(self._compiled, aliases)
         self._fill_pool()
@@ -196,8 +209,11 @@ class ModelVersion:
         """Compile the throughput variant on a background thread once the first request has
         been answered (at most adaptive.SECOND_WAIT_S after the load), so that the first answer
         does not share the CPU with it."""
-        adaptive.compile_later(self._export_gate, lambda: self._compile_second(model, aliases),
-                               f"variant-{self.name}-{self.version}")
+        adaptive.compile_later(
+            self._export_gate,
+            lambda: self._compile_second(model, aliases),
+            f"variant-{self.name}-{self.version}",
+        )
 
     def _second_key(self) -> tuple[str, dict[str, Any], str]:
         """The throughput variant's device, compile properties and blob key."""
@@ -218,12 +234,22 @@ class ModelVersion:
             try:
                 compiled, blob = self._variant_model(core, device, wanted, key, model, aliases)
             except (ServingError, RuntimeError, OSError, ValueError, TypeError) as exc:
-                log.warning("Version %d of model %s: no throughput variant (%s); every request "
-                            "runs on the latency one", self.version, self.name, _cause(exc))
+                log.warning(
+                    "Version %d of model %s: no throughput variant (%s); every request "
+                    "runs on the latency one",
+                    self.version,
+                    self.name,
+                    _cause(exc),
+                )
                 return
             self.timings["throughput_compile_s"] = time.perf_counter() - started
-            second = Variant(adaptive.THROUGHPUT, compiled, self._make_pool(compiled),
-                             self._served(adaptive.THROUGHPUT), blob)
+            second = Variant(
+                adaptive.THROUGHPUT,
+                compiled,
+                self._make_pool(compiled),
+                self._served(adaptive.THROUGHPUT),
+                blob,
+            )
             with self._idle:
                 first = self._first
                 if first is None or self._retiring():  # retired meanwhile: nothing to serve
@@ -231,15 +257,21 @@ class ModelVersion:
                 self._second = second
             labels = (self.name, str(self.version))
             metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).inc(second.pool.qsize())
-            metrics.STREAMS.labels(*labels).set(max(_streams(compiled),
-                                                    _streams(first.compiled)))
+            metrics.STREAMS.labels(*labels).set(max(_streams(compiled), _streams(first.compiled)))
             if key:
-                compiled_cache.save_later(compiled, key, self.cache_dir, self._export_gate,
-                                          self._retiring)
+                compiled_cache.save_later(
+                    compiled, key, self.cache_dir, self._export_gate, self._retiring
+                )
 
-    def _variant_model(self, core: ov.Core, device: str, properties: dict[str, Any], key: str,
-                       model: ov.Model | None, aliases: Any
-                       ) -> tuple[ov.CompiledModel, np.memmap | None]:
+    def _variant_model(
+        self,
+        core: ov.Core,
+        device: str,
+        properties: dict[str, Any],
+        key: str,
+        model: ov.Model | None,
+        aliases: Any,
+    ) -> tuple[ov.CompiledModel, np.memmap | None]:
         """The variant's blob when one has its key, else a compile of the version's model (the
         one the first variant compiled, or read again when that one came from a blob)."""
         from core.runtime import compiled_cache
@@ -291,9 +323,21 @@ class ModelVersion:
         c = self.config
         if not c.allow_cache:
             return ""
-        return compiled_cache.key(core, device, self.files, properties, (
-            type(self).__name__, c.shape, c.batch_size, c.layout, c.stateful,
-            c.low_latency_transformation, *_graph_extras(c, self.fit)))
+        return compiled_cache.key(
+            core,
+            device,
+            self.files,
+            properties,
+            (
+                type(self).__name__,
+                c.shape,
+                c.batch_size,
+                c.layout,
+                c.stateful,
+                c.low_latency_transformation,
+                *_graph_extras(c, self.fit),
+            ),
+        )
 
     def _read(self, path: Path, aliases: Any) -> ov.Model:
         """The model as config says to serve it: weights a bucket still holds are downloaded
@@ -319,7 +363,8 @@ class ModelVersion:
         from core.runtime import compiled_cache
 
         config: dict[str, Any] = compiled_cache.default_properties(
-            compiled_cache.profile().concurrent)
+            compiled_cache.profile().concurrent
+        )
         config.update({k: str(v) for k, v in self.config.plugin_config.items()})
         return config
 
@@ -335,8 +380,9 @@ class ModelVersion:
         metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).set(self._pool.qsize())
         metrics.STREAMS.labels(*labels).set(_streams(self._compiled))
 
-    def _make_pool(self, compiled: ov.CompiledModel, lone: bool = False
-                   ) -> queue.Queue[ov.InferRequest]:
+    def _make_pool(
+        self, compiled: ov.CompiledModel, lone: bool = False
+    ) -> queue.Queue[ov.InferRequest]:
         """nireq InferRequests; by default OpenVINO's optimal number, and on a concurrent host
         at least two per stream, so a stream has the next request queued when one ends. The
         latency variant of an adaptive version (`lone`) only runs a request that is alone in
@@ -357,16 +403,25 @@ class ModelVersion:
         return metrics.VARIANT_REQUESTS.labels(self.name, str(self.version), kind)
 
     def _start_batching(self, config: BatchingConfig) -> None:
-        fixed = [spec.name for spec in (*self.inputs.values(), *self.outputs.values())
-                 if not spec.dims or not _dynamic(spec.dims[0])]
+        fixed = [
+            spec.name
+            for spec in (*self.inputs.values(), *self.outputs.values())
+            if not spec.dims or not _dynamic(spec.dims[0])
+        ]
         if fixed:
             raise ServingError(
                 f"dynamic_batching needs a dynamic dim 0 on every input and output (set "
-                f"batch_size: -1 or a shape); fixed: {', '.join(fixed)}")
+                f"batch_size: -1 or a shape); fixed: {', '.join(fixed)}"
+            )
         rows = metrics.BATCH_SIZE.labels(self.name, str(self.version))
-        self._batcher = Batcher(config, self._pool, self._infer_on, self.name,
-                                lambda seconds: self._wait_metric.observe(seconds * 1e6),
-                                rows.observe)
+        self._batcher = Batcher(
+            config,
+            self._pool,
+            self._infer_on,
+            self.name,
+            lambda seconds: self._wait_metric.observe(seconds * 1e6),
+            rows.observe,
+        )
 
     def _describe(self, compiled: ov.CompiledModel, aliases: Any) -> None:
         for port in compiled.inputs:
@@ -383,9 +438,12 @@ class ModelVersion:
     def _set(self, status: Status) -> None:
         self.status = status
         log.info(
-            'STATUS CHANGE: Version %d of model %s status change. New status: '
+            "STATUS CHANGE: Version %d of model %s status change. New status: "
             '( "state": "%s", "error_code": "%s" )',
-            self.version, self.name, status.state.name, status.error_code,
+            self.version,
+            self.name,
+            status.state.name,
+            status.error_code,
         )
 
     def _fail(self, code: str, message: str) -> None:
@@ -397,8 +455,7 @@ class ModelVersion:
         number): a client never sees the server's absolute paths (the log does)."""
         if self.folder == Path():
             return text
-        for folder in sorted({str(self.folder), str(self.folder.resolve())}, key=len,
-                             reverse=True):
+        for folder in sorted({str(self.folder), str(self.folder.resolve())}, key=len, reverse=True):
             text = text.replace(folder, str(self.version))
         return text
 
@@ -428,8 +485,10 @@ class ModelVersion:
     def serving(self) -> Iterator[None]:
         """Count one request in flight; a retiring version still serves requests it got."""
         with self._idle:
-            if self._compiled is None or self.status.state not in (State.AVAILABLE,
-                                                                   State.UNLOADING):
+            if self._compiled is None or self.status.state not in (
+                State.AVAILABLE,
+                State.UNLOADING,
+            ):
                 raise ModelNotReadyError(
                     f"Model with requested version is not loaded yet - name: {self.name}; "
                     f"version: {self.version}"
@@ -453,7 +512,8 @@ class ModelVersion:
         if first is None:  # never built a pool (serving() only admits a loaded version)
             raise ModelNotReadyError(
                 f"Model with requested version is not loaded yet - name: {self.name}; "
-                f"version: {self.version}")
+                f"version: {self.version}"
+            )
         variant = adaptive.pick(self._inflight, first, self._second)
         variant.served.inc()
         waited = time.perf_counter()
@@ -470,8 +530,9 @@ class ModelVersion:
         "throughput")."""
         return tuple(v.kind for v in (self._first, self._second) if v is not None)
 
-    def _infer_on(self, request: ov.InferRequest, feed: dict[str, np.ndarray]
-                  ) -> dict[str, np.ndarray]:
+    def _infer_on(
+        self, request: ov.InferRequest, feed: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
         self._active_metric.inc()
         try:
             results = request.infer(feed, share_inputs=True, share_outputs=False)
@@ -487,8 +548,9 @@ def ov_input(array: np.ndarray) -> np.ndarray:
     return dtypes.to_ov_strings(array) if dtypes.is_strings(array) else array
 
 
-def read_outputs(request: ov.InferRequest, results: Any, names: list[str],
-                 specs: dict[str, TensorSpec]) -> dict[str, np.ndarray]:
+def read_outputs(
+    request: ov.InferRequest, results: Any, names: list[str], specs: dict[str, TensorSpec]
+) -> dict[str, np.ndarray]:
     """The outputs of one inference by served name. String outputs are read as raw bytes
     (the bindings' default decodes them to str, replacing bytes that are not UTF-8)."""
     outputs: dict[str, np.ndarray] = {}
@@ -503,16 +565,18 @@ def inference_error(name: str, version: int, exc: Exception) -> InternalError:
     """A failure inside OpenVINO's inference: the client gets OVMS's "Internal inference
     error" (500 / INTERNAL) naming the model and version; the native text, which names C++
     source files and checks, goes to the log only."""
-    log.error("Inference failed - name: %s; version: %d: %s", name, version,
-              " ".join(str(exc).split()))
+    log.error(
+        "Inference failed - name: %s; version: %d: %s", name, version, " ".join(str(exc).split())
+    )
     return InternalError(f"Internal inference error - name: {name}; version: {version}")
 
 
 def _cause(exc: Exception) -> str:
     """An OpenVINO error without its C++ source locations: the lines a user can act on."""
     lines = [line.strip() for line in str(exc).splitlines()]
-    useful = [line for line in lines if line and not line.startswith(("Exception from src/",
-                                                                     "Check '"))]
+    useful = [
+        line for line in lines if line and not line.startswith(("Exception from src/", "Check '"))
+    ]
     text = " ".join(useful) or " ".join(line for line in lines if line)
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, RuntimeError) else text
 

@@ -42,8 +42,13 @@ class Pipeline:
     version = 1
     color_format = "BGR"  # jpeg/png inputs of a pipeline decode in OpenCV's default order
 
-    def __init__(self, config: PipelineConfig, models: Models,
-                 libraries: Mapping[str, Any], model_names: set[str]) -> None:
+    def __init__(
+        self,
+        config: PipelineConfig,
+        models: Models,
+        libraries: Mapping[str, Any],
+        model_names: set[str],
+    ) -> None:
         if config.name in model_names:
             raise ConfigError(f"Pipeline name: {config.name} is already occupied by model")
         self.config = config
@@ -86,8 +91,10 @@ class Pipeline:
             custom = CustomNode(node.name, library, node.params)
             specs_in, specs_out = custom.specs("inputs"), custom.specs("outputs")
             if not specs_in or not specs_out:
-                raise ConfigError(f"{where}: the library must define inputs_info and "
-                                  "outputs_info (as OVMS custom nodes do)")
+                raise ConfigError(
+                    f"{where}: the library must define inputs_info and "
+                    "outputs_info (as OVMS custom nodes do)"
+                )
             return _Node(node, custom, specs_in, specs_out)
         if node.model_name not in models:
             raise ConfigError(f"{where}: unknown model {node.model_name!r}")
@@ -96,12 +103,15 @@ class Pipeline:
         except Exception as exc:
             raise ConfigError(f"{where}: model {node.model_name} is not available: {exc}") from exc
         if getattr(getattr(servable, "config", None), "stateful", False):
-            raise ConfigError(f"{where}: stateful model {node.model_name} cannot be used in a "
-                              "pipeline")
+            raise ConfigError(
+                f"{where}: stateful model {node.model_name} cannot be used in a pipeline"
+            )
         if getattr(servable, "refit", None) is not None:  # OVMS: FORBIDDEN_MODEL_DYNAMIC_PARAMETER
-            raise ConfigError(f"{where}: model {node.model_name} has batch_size or shape set to "
-                              "'auto', which a pipeline does not take; use a dynamic shape "
-                              "(-1 or a range)")
+            raise ConfigError(
+                f"{where}: model {node.model_name} has batch_size or shape set to "
+                "'auto', which a pipeline does not take; use a dynamic shape "
+                "(-1 or a range)"
+            )
         return _Node(node, None, dict(servable.inputs), dict(servable.outputs))
 
     def _check_connections(self) -> None:
@@ -115,8 +125,13 @@ class Pipeline:
                     raise ConfigError(f"{where}: has no input named {item}")
                 if source.node == REQUEST and source.item not in self.config.inputs:
                     raise ConfigError(f"{where}: request has no input {source.item!r}")
-                produced = self.inputs.get(source.item) if source.node == REQUEST else \
-                    self._produced(source, node.config.name, bool(node.config.gather_from_node))
+                produced = (
+                    self.inputs.get(source.item)
+                    if source.node == REQUEST
+                    else self._produced(
+                        source, node.config.name, bool(node.config.gather_from_node)
+                    )
+                )
                 _check_compatible(produced, node.inputs[item], where, item)
 
     def _produced(self, source: Connection, consumer: str, gathers: bool) -> TensorSpec | None:
@@ -124,17 +139,19 @@ class Pipeline:
         the leading dim); None for pipeline inputs, which are checked against each consumer."""
         if source.node == REQUEST:
             if source.item not in self.config.inputs:
-                raise ConfigError(f"pipeline {self.name} node {consumer}: request has no input "
-                                  f"{source.item!r}")
+                raise ConfigError(
+                    f"pipeline {self.name} node {consumer}: request has no input {source.item!r}"
+                )
             return None
         producer = self._nodes.get(source.node)
         if producer is None:
-            raise ConfigError(f"pipeline {self.name} node {consumer}: unknown node "
-                              f"{source.node!r}")
+            raise ConfigError(f"pipeline {self.name} node {consumer}: unknown node {source.node!r}")
         item = producer.config.output_item(source.item)
         if item is None or item not in producer.outputs:
-            raise ConfigError(f"pipeline {self.name} node {consumer}: node {source.node} has no "
-                              f"output {source.item!r}")
+            raise ConfigError(
+                f"pipeline {self.name} node {consumer}: node {source.node} has no "
+                f"output {source.item!r}"
+            )
         spec = producer.outputs[item]
         dims = spec.dims[1:] if producer.config.demultiply_count is not None else spec.dims
         if gathers and source.node in self._demuxed:
@@ -148,8 +165,7 @@ class Pipeline:
                 for item, source in node.config.inputs.items():
                     if source == Connection(REQUEST, name) and item in node.inputs:
                         spec = node.inputs[item]
-                        specs.setdefault(name, TensorSpec(name, spec.dtype, spec.dims,
-                                                          spec.layout))
+                        specs.setdefault(name, TensorSpec(name, spec.dtype, spec.dims, spec.layout))
             if name not in specs:
                 raise ConfigError(f"pipeline {self.name}: input {name} is not connected")
         return specs
@@ -159,8 +175,9 @@ class Pipeline:
         for alias, source in self.config.outputs.items():
             spec = self._produced(source, f"outputs.{alias}", gathers=True)
             if spec is None:
-                raise ConfigError(f"pipeline {self.name}: output {alias} cannot come straight "
-                                  "from the request")
+                raise ConfigError(
+                    f"pipeline {self.name}: output {alias} cannot come straight from the request"
+                )
             specs[alias] = TensorSpec(alias, spec.dtype, spec.dims)
         return specs
 
@@ -168,16 +185,17 @@ class Pipeline:
 
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
         values: dict[tuple[str, str], Value] = {
-            (REQUEST, name): array
-            for name, array in validate(self.inputs, inputs).items()
+            (REQUEST, name): array for name, array in validate(self.inputs, inputs).items()
         }
         for name in self._order:
             node = self._nodes[name]
             feed = {item: values[(src.node, src.item)] for item, src in node.config.inputs.items()}
             for alias, value in self._run(node, feed).items():
                 values[(name, alias)] = value
-        return {alias: _stacked(values[(src.node, src.item)])
-                for alias, src in self.config.outputs.items()}
+        return {
+            alias: _stacked(values[(src.node, src.item)])
+            for alias, src in self.config.outputs.items()
+        }
 
     def _run(self, node: _Node, feed: dict[str, Value]) -> dict[str, Value]:
         if node.config.gather_from_node:
@@ -185,10 +203,15 @@ class Pipeline:
         branches = [v for v in feed.values() if isinstance(v, list)]
         if branches:
             count = len(branches[0])
-            items = [self._execute(node, {k: v[i] if isinstance(v, list) else v
-                                          for k, v in feed.items()}) for i in range(count)]
-            return {alias: [item[alias] for item in items] for alias in node.config.outputs
-                    .values()}
+            items = [
+                self._execute(
+                    node, {k: v[i] if isinstance(v, list) else v for k, v in feed.items()}
+                )
+                for i in range(count)
+            ]
+            return {
+                alias: [item[alias] for item in items] for alias in node.config.outputs.values()
+            }
         outputs = self._execute(node, {k: v for k, v in feed.items() if not isinstance(v, list)})
         if node.config.demultiply_count is not None:
             _same_item_count(outputs, node.config)
@@ -223,21 +246,28 @@ def _check_custom_outputs(node: _Node, raw: Mapping[str, np.ndarray]) -> None:
             continue  # undeclared: caught at load; missing: reported by _execute
         dtype = dtypes.BY_NUMPY.get(value.dtype)
         rank_free = spec.dims == (ANY,)
-        if dtype is not spec.dtype or not rank_free and (
+        if (
+            dtype is not spec.dtype
+            or not rank_free
+            and (
                 value.ndim != len(spec.dims)
-                or not all(fits(d, n) for d, n in zip(spec.dims, value.shape, strict=True))):
+                or not all(fits(d, n) for d, n in zip(spec.dims, value.shape, strict=True))
+            )
+        ):
             raise InternalError(
                 f"Custom node {node.config.name} output {item} does not match its "
                 f"outputs_info - Expected: {spec.dtype.kserve} {format_dims(spec.dims)}; "
-                f"Actual: {dtype.kserve if dtype else value.dtype} {format_actual(value.shape)}")
+                f"Actual: {dtype.kserve if dtype else value.dtype} {format_actual(value.shape)}"
+            )
 
 
 def _same_item_count(outputs: Mapping[str, np.ndarray], node: NodeConfig) -> None:
     counts = {alias: (len(v) if v.ndim else 0) for alias, v in outputs.items()}
     if len(set(counts.values())) > 1:
         detail = ", ".join(f"{alias}: {n}" for alias, n in counts.items())
-        raise InternalError(f"Node {node.name} demultiplexer outputs differ in their first "
-                            f"dimension ({detail})")
+        raise InternalError(
+            f"Node {node.name} demultiplexer outputs differ in their first dimension ({detail})"
+        )
 
 
 def _split(value: np.ndarray, node: NodeConfig) -> list[np.ndarray]:
@@ -245,8 +275,9 @@ def _split(value: np.ndarray, node: NodeConfig) -> list[np.ndarray]:
     if value.ndim == 0:
         raise InvalidInputError(f"Node {node.name} output cannot be demultiplexed: a scalar")
     if expected and expected > 0 and len(value) != expected:
-        raise InvalidInputError(f"Node {node.name} produced {len(value)} items; "
-                                f"demultiply_count is {expected}")
+        raise InvalidInputError(
+            f"Node {node.name} produced {len(value)} items; demultiply_count is {expected}"
+        )
     if len(value) == 0:
         raise NoResultsError(f"Pipeline node {node.name} demultiplexer produced no results")
     return [value[i, ...] for i in range(len(value))]  # arrays, also for object dtype
@@ -265,15 +296,20 @@ def _check_sources(config: PipelineConfig) -> None:
     for node in config.nodes:
         for item, source in node.inputs.items():
             if source.node != REQUEST and source.node not in names:
-                raise ConfigError(f"pipeline {config.name} node {node.name}: input {item} "
-                                  f"comes from unknown node {source.node!r}")
+                raise ConfigError(
+                    f"pipeline {config.name} node {node.name}: input {item} "
+                    f"comes from unknown node {source.node!r}"
+                )
         if node.gather_from_node and node.gather_from_node not in names:
-            raise ConfigError(f"pipeline {config.name} node {node.name}: gather_from_node "
-                              f"names unknown node {node.gather_from_node!r}")
+            raise ConfigError(
+                f"pipeline {config.name} node {node.name}: gather_from_node "
+                f"names unknown node {node.gather_from_node!r}"
+            )
     for alias, source in config.outputs.items():
         if source.node != REQUEST and source.node not in names:
-            raise ConfigError(f"pipeline {config.name}: output {alias} comes from unknown "
-                              f"node {source.node!r}")
+            raise ConfigError(
+                f"pipeline {config.name}: output {alias} comes from unknown node {source.node!r}"
+            )
 
 
 def _topological(config: PipelineConfig) -> list[str]:
@@ -310,19 +346,28 @@ def _demuxed_nodes(config: PipelineConfig, order: list[str]) -> set[str]:
     return inside
 
 
-def _check_compatible(produced: TensorSpec | None, expected: TensorSpec, where: str,
-                      item: str) -> None:
+def _check_compatible(
+    produced: TensorSpec | None, expected: TensorSpec, where: str, item: str
+) -> None:
     if produced is None:
         return
     if produced.dtype is not expected.dtype:
-        raise ConfigError(f"{where}: input {item} expects {expected.dtype.kserve} but its "
-                          f"source produces {produced.dtype.kserve}")
-    if expected.dims != (ANY,) and produced.dims != (ANY,) and (
-        len(produced.dims) != len(expected.dims)
-        or not all(_overlap(a, b) for a, b in zip(produced.dims, expected.dims, strict=True))
+        raise ConfigError(
+            f"{where}: input {item} expects {expected.dtype.kserve} but its "
+            f"source produces {produced.dtype.kserve}"
+        )
+    if (
+        expected.dims != (ANY,)
+        and produced.dims != (ANY,)
+        and (
+            len(produced.dims) != len(expected.dims)
+            or not all(_overlap(a, b) for a, b in zip(produced.dims, expected.dims, strict=True))
+        )
     ):
-        raise ConfigError(f"{where}: input {item} expects shape {format_dims(expected.dims)} "
-                          f"but its source produces {format_dims(produced.dims)}")
+        raise ConfigError(
+            f"{where}: input {item} expects shape {format_dims(expected.dims)} "
+            f"but its source produces {format_dims(produced.dims)}"
+        )
 
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:

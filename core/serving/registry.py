@@ -108,8 +108,12 @@ class ServedModel:
             prepared = {v: self._prepare(v, load) for v in added}
             fresh = self._keep_serving_on_failure({v: new for v, (new, _) in prepared.items()})
             before = self.versions
-            replaced = [before[v] for v in fresh if v in before  # (a failed one holds nothing)
-                        and before[v].status.state in (State.START, State.AVAILABLE)]
+            replaced = [
+                before[v]
+                for v in fresh
+                if v in before  # (a failed one holds nothing)
+                and before[v].status.state in (State.START, State.AVAILABLE)
+            ]
             for v in fresh:  # failed objects overwritten here hold no model, only files
                 if v in before and before[v].status.state is State.LOADING:
                     self.repository.release(before[v].files)
@@ -125,24 +129,34 @@ class ServedModel:
         for version in [*replaced, *displaced]:
             self._retire(version)
         kept_old = len(fresh) < len(prepared)  # a serving version's status took a failure
-        return bool(displaced) or kept_old or any(not _same_failure(before.get(v), new)
-                                                  for v, new in fresh.items())
+        return (
+            bool(displaced)
+            or kept_old
+            or any(not _same_failure(before.get(v), new) for v, new in fresh.items())
+        )
 
     def _stale(self, number: int, fingerprint: str) -> bool:
         current = self.versions.get(number)
-        return (current is None or current.status.state >= State.UNLOADING
-                or self.fingerprints.get(number) != fingerprint)
+        return (
+            current is None
+            or current.status.state >= State.UNLOADING
+            or self.fingerprints.get(number) != fingerprint
+        )
 
     def _displaced(self) -> list[ModelVersion]:
         """Serving versions the policy no longer wants, less those still standing in for a
         wanted version that is not AVAILABLE. Called with the lock held."""
-        pending = {v for v in self._wanted if v in self.versions
-                   and not self.versions[v].available}
-        standing_in = set(self.config.version_policy.select(
-            [v for v in self._present if v not in pending]))
-        return [version for v, version in self.versions.items()
-                if v not in self._wanted and v not in standing_in
-                and version.status.state < State.UNLOADING]
+        pending = {v for v in self._wanted if v in self.versions and not self.versions[v].available}
+        standing_in = set(
+            self.config.version_policy.select([v for v in self._present if v not in pending])
+        )
+        return [
+            version
+            for v, version in self.versions.items()
+            if v not in self._wanted
+            and v not in standing_in
+            and version.status.state < State.UNLOADING
+        ]
 
     def _keep_serving_on_failure(self, fresh: dict[int, ModelVersion]) -> dict[int, ModelVersion]:
         """A changed version whose replacement failed keeps serving the old files; its status
@@ -152,8 +166,10 @@ class ServedModel:
         for number, new in fresh.items():
             old = self.versions.get(number)
             if new.status.error_code != "OK" and old is not None and old.available:
-                message = (f"The changed files failed to load ({new.status.error_message}); "
-                           "the previous files keep serving")
+                message = (
+                    f"The changed files failed to load ({new.status.error_message}); "
+                    "the previous files keep serving"
+                )
                 log.error("Model %s version %d: %s", self.name, number, message)
                 old.status = Status(State.AVAILABLE, new.status.error_code, message)
                 self.repository.release(new.files)
@@ -168,12 +184,14 @@ class ServedModel:
             files = self.repository.fetch(number)
         except Exception as exc:  # this version fails, with the cause; the others serve
             failed = kind(self.config, number, Path(), self.cache_dir)
-            failed.status = Status(State.LOADING, "UNKNOWN",
-                                   _relative(_cause(exc), self.config.base_path))
+            failed.status = Status(
+                State.LOADING, "UNKNOWN", _relative(_cause(exc), self.config.base_path)
+            )
             log.error("Model %s version %d: %s", self.name, number, _cause(exc))
             return failed, False
         version = _version_class(self.config, files.folder)(
-            self.config, number, files.folder, self.cache_dir, files=files)
+            self.config, number, files.folder, self.cache_dir, files=files
+        )
         if auto_shape.uses_auto(self.config):
             version.refit = self.refit
         if load:
@@ -197,25 +215,36 @@ class ServedModel:
 
     def _reload_fitted(self, current: ModelVersion, fit: auto_shape.Fit) -> ModelVersion:
         started = time.perf_counter()
-        log.info("Model %s version %d: reloading for %s (auto)", self.name, current.version,
-                 fit.describe())
-        version = type(current)(self.config, current.version, current.folder, self.cache_dir,
-                                files=current.files)
+        log.info(
+            "Model %s version %d: reloading for %s (auto)",
+            self.name,
+            current.version,
+            fit.describe(),
+        )
+        version = type(current)(
+            self.config, current.version, current.folder, self.cache_dir, files=current.files
+        )
         version.fit, version.refit = fit, self.refit
         serving = current.status
-        current.status = Status(State.AVAILABLE, "OK", f"Reloading for {fit.describe()} "
-                                "(auto); this version serves meanwhile")
+        current.status = Status(
+            State.AVAILABLE,
+            "OK",
+            f"Reloading for {fit.describe()} (auto); this version serves meanwhile",
+        )
         try:
             version.load()
         except BaseException:  # load() reports what it expects; anything else: as it was
             current.status = serving
             raise
         if not version.available:
-            message = (f"Reload for {fit.describe()} failed: {version.status.error_message}; "
-                       "the current shape keeps serving")
+            message = (
+                f"Reload for {fit.describe()} failed: {version.status.error_message}; "
+                "the current shape keeps serving"
+            )
             current.status = Status(State.AVAILABLE, version.status.error_code, message)
             raise errors.InvalidInputError(
-                f"Model could not be reloaded for the request's shape: {fit.describe()}")
+                f"Model could not be reloaded for the request's shape: {fit.describe()}"
+            )
         version.timings["auto_reload_s"] = time.perf_counter() - started
         metrics.AUTO_RELOADS.labels(self.name, str(current.version)).inc()
         with self._lock:
@@ -249,13 +278,15 @@ class ServedModel:
         then its downloaded files go (core.storage.folders counts who still uses them) unless
         an auto reload of the version took them over (release False)."""
         if version.unpublish():
+
             def drain() -> None:
                 version.drain()
                 if release:
                     self.repository.release(version.files)
 
-            threading.Thread(target=drain, name=f"retire-{version.name}-{version.version}",
-                             daemon=True).start()
+            threading.Thread(
+                target=drain, name=f"retire-{version.name}-{version.version}", daemon=True
+            ).start()
 
 
 @dataclass
@@ -297,8 +328,7 @@ def _configure_sequence_cleaner(minutes: float) -> None:
 
 def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
     """A retried version that failed again exactly as before: nothing changed."""
-    return (old is not None and new.status.error_code != "OK"
-            and old.status == new.status)
+    return old is not None and new.status.error_code != "OK" and old.status == new.status
 
 
 def _relative(text: str, base_path: str) -> str:
@@ -306,8 +336,7 @@ def _relative(text: str, base_path: str) -> str:
     clients: they never see the server's absolute paths (the log does). Bucket URLs stay."""
     if "://" in base_path or not base_path:
         return text
-    roots = sorted({base_path.rstrip("/"), str(Path(base_path).resolve())}, key=len,
-                   reverse=True)
+    roots = sorted({base_path.rstrip("/"), str(Path(base_path).resolve())}, key=len, reverse=True)
     for root in roots:
         text = text.replace(root + "/", "")
     for root in roots:
@@ -331,8 +360,9 @@ class ModelManager:
     def __init__(self, settings: Settings) -> None:
         from core.runtime import compiled_cache
 
-        compiled_cache.configure(settings.concurrent, settings.compiled_cache,
-                                 settings.export_blobs)
+        compiled_cache.configure(
+            settings.concurrent, settings.compiled_cache, settings.export_blobs
+        )
         add_extension(settings.cpu_extension)
         _configure_sequence_cleaner(settings.sequence_cleaner_minutes)
         self.settings = settings
@@ -365,9 +395,12 @@ class ModelManager:
         started = time.perf_counter()
         with self._reload_lock:
             current = dict(self.models)
-            reopened = {m.name for m in config.models
-                        if (m.name not in current or current[m.name].config != m)
-                        and self._broken.get(m.name) != m}
+            reopened = {
+                m.name
+                for m in config.models
+                if (m.name not in current or current[m.name].config != m)
+                and self._broken.get(m.name) != m
+            }
             for model_config in config.models:
                 if model_config.name in reopened:
                     current[model_config.name] = self._open(model_config)
@@ -376,11 +409,12 @@ class ModelManager:
                 changed |= current[model_config.name].sync(load=not self.settings.lazy_load)
             current = self._keep_old_when_broken(current, reopened)
             names = {m.name for m in config.models}
-            outgoing = [m for n, m in self.models.items()
-                        if n not in names or current[n] is not m]
+            outgoing = [m for n, m in self.models.items() if n not in names or current[n] is not m]
             self.models = {n: m for n, m in current.items() if n in names}
-            self.retired = {**{n: m for n, m in self.retired.items() if n not in names},
-                            **{m.name: m for m in outgoing if m.name not in names}}
+            self.retired = {
+                **{n: m for n, m in self.retired.items() if n not in names},
+                **{m.name: m for m in outgoing if m.name not in names},
+            }
             changed |= self._apply_pipelines(config, reopened)
             self.config = config
         for served in outgoing:
@@ -388,15 +422,22 @@ class ModelManager:
         self.timings["config_apply_s"] = time.perf_counter() - started
         return changed or bool(outgoing)
 
-    def _keep_old_when_broken(self, current: dict[str, ServedModel], reopened: set[str]
-                              ) -> dict[str, ServedModel]:
+    def _keep_old_when_broken(
+        self, current: dict[str, ServedModel], reopened: set[str]
+    ) -> dict[str, ServedModel]:
         """A changed model config whose versions all fail leaves the old one serving."""
         for name in reopened:
             old, new = self.models.get(name), current[name]
-            if old is not None and old.available and not new.available and \
-                    not self.settings.lazy_load:
-                log.error("Model %s: the new config failed to load; the previous config keeps "
-                          "serving", name)
+            if (
+                old is not None
+                and old.available
+                and not new.available
+                and not self.settings.lazy_load
+            ):
+                log.error(
+                    "Model %s: the new config failed to load; the previous config keeps serving",
+                    name,
+                )
                 self._broken[name] = new.config
                 current[name] = old
             else:
@@ -462,8 +503,9 @@ class ModelManager:
                 config = self.settings.server_config()
             except errors.ConfigError as exc:
                 if exc.message != self._config_error:  # a broken file is logged once
-                    log.error("Config reload rejected; the current config keeps serving: %s",
-                              exc.message)
+                    log.error(
+                        "Config reload rejected; the current config keeps serving: %s", exc.message
+                    )
                 self._config_error = exc.message
                 raise
             self._config_error = ""
@@ -520,15 +562,19 @@ class ModelManager:
         if served is None:
             if name in self.pipeline_errors:
                 raise errors.ModelNotReadyError(
-                    f"Pipeline {name} is not loaded: {self.pipeline_errors[name]}")
+                    f"Pipeline {name} is not loaded: {self.pipeline_errors[name]}"
+                )
             raise errors.ModelNotFoundError(name)
         return served
 
     def get(self, name: str, version: int | None = None) -> Any:
         """The AVAILABLE servable a request should run on, or the error a client should see."""
         served = self.model(name)
-        if self.settings.lazy_load and isinstance(served, ServedModel) and \
-                served is not self.retired.get(name):
+        if (
+            self.settings.lazy_load
+            and isinstance(served, ServedModel)
+            and served is not self.retired.get(name)
+        ):
             served.ensure_loaded()
         return served.version(version)
 

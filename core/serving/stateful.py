@@ -52,12 +52,15 @@ class StatefulModelVersion(ModelVersion):
     def _build(self) -> None:
         super()._build()
         self.model_inputs = dict(self.inputs)
-        self.inputs = {**self.inputs,
-                       SEQUENCE_ID: TensorSpec(SEQUENCE_ID, dtypes.BY_KSERVE["UINT64"], ((1, 1),)),
-                       CONTROL: TensorSpec(CONTROL, dtypes.BY_KSERVE["UINT32"], ((1, 1),))}
-        self.outputs = {**self.outputs,
-                        SEQUENCE_ID: TensorSpec(SEQUENCE_ID, dtypes.BY_KSERVE["UINT64"],
-                                                ((1, 1),))}
+        self.inputs = {
+            **self.inputs,
+            SEQUENCE_ID: TensorSpec(SEQUENCE_ID, dtypes.BY_KSERVE["UINT64"], ((1, 1),)),
+            CONTROL: TensorSpec(CONTROL, dtypes.BY_KSERVE["UINT32"], ((1, 1),)),
+        }
+        self.outputs = {
+            **self.outputs,
+            SEQUENCE_ID: TensorSpec(SEQUENCE_ID, dtypes.BY_KSERVE["UINT64"], ((1, 1),)),
+        }
         self._sequences: dict[int, _Sequence] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -74,8 +77,9 @@ class StatefulModelVersion(ModelVersion):
         sequence_id = _scalar(inputs.pop(SEQUENCE_ID, None), SEQUENCE_ID)
         control = _scalar(inputs.pop(CONTROL, None), CONTROL) or NO_CONTROL
         if control not in (NO_CONTROL, START, END):
-            raise InvalidInputError(f"Special input {CONTROL} must be 0, 1 (start) or 2 (end); "
-                                    f"got {control}")
+            raise InvalidInputError(
+                f"Special input {CONTROL} must be 0, 1 (start) or 2 (end); got {control}"
+            )
         ready = validate(self.model_inputs, inputs)
         self._sweep()
         feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
@@ -84,12 +88,10 @@ class StatefulModelVersion(ModelVersion):
             with sequence.lock:
                 sequence.used = time.monotonic()
                 try:
-                    results = sequence.request.infer(feed, share_inputs=True,
-                                                     share_outputs=False)
+                    results = sequence.request.infer(feed, share_inputs=True, share_outputs=False)
                 except RuntimeError as exc:
                     raise inference_error(self.name, self.version, exc) from None
-                outputs = read_outputs(sequence.request, results, self._output_names,
-                                       self.outputs)
+                outputs = read_outputs(sequence.request, results, self._output_names, self.outputs)
         if control == END:
             with self._lock:
                 self._sequences.pop(number, None)
@@ -102,10 +104,12 @@ class StatefulModelVersion(ModelVersion):
             if control == START:
                 if sequence_id and sequence_id in self._sequences:
                     raise SequenceExistsError(
-                        f"Sequence with provided ID already exists - id: {sequence_id}")
+                        f"Sequence with provided ID already exists - id: {sequence_id}"
+                    )
                 if len(self._sequences) >= self.config.max_sequence_number:
-                    raise TooManySequencesError("Max sequence number has been reached. Could not "
-                                                "create new sequence.")
+                    raise TooManySequencesError(
+                        "Max sequence number has been reached. Could not create new sequence."
+                    )
                 number = sequence_id or self._new_id()
                 self._sequences[number] = _Sequence(self._compiled.create_infer_request())
                 return number, self._sequences[number]
@@ -113,8 +117,7 @@ class StatefulModelVersion(ModelVersion):
                 raise InvalidInputError("Sequence id has not been provided in request inputs")
             found = self._sequences.get(sequence_id)
             if found is None:
-                raise NotFoundError(f"Sequence with provided ID does not exist - id: "
-                                    f"{sequence_id}")
+                raise NotFoundError(f"Sequence with provided ID does not exist - id: {sequence_id}")
             return sequence_id, found
 
     def _new_id(self) -> int:
@@ -126,13 +129,13 @@ class StatefulModelVersion(ModelVersion):
     def _sweep(self) -> None:
         """Drop sequences idle longer than idle_seconds (checked at most once a second)."""
         now = time.monotonic()
-        if not self.config.idle_sequence_cleanup or now - self._swept < min(1.0,
-                                                                            self.idle_seconds):
+        if not self.config.idle_sequence_cleanup or now - self._swept < min(1.0, self.idle_seconds):
             return
         self._swept = now
         with self._lock:
-            for number in [n for n, s in self._sequences.items()
-                           if now - s.used > self.idle_seconds]:
+            for number in [
+                n for n, s in self._sequences.items() if now - s.used > self.idle_seconds
+            ]:
                 del self._sequences[number]
 
     @property

@@ -1,19 +1,19 @@
 """A model repository in a bucket, over any provider's client (core.storage.backend.Backend):
 
-    versions()  one recursive listing under the prefix, grouped by the first path segment;
-                a version's fingerprint hashes (relative key, etag/generation, size) of its files
-                (not of its compiled blobs, .ov-compiled/*.blob: see fetch)
-    fetch(v)    <cache_dir>/<scheme>/<bucket>/<prefix>/<v>-<fingerprint>/, downloaded file by
-                file on a thread pool into a hidden temp folder beside it and renamed into place
-                only when complete, so a partial download is never visible; an existing folder
-                with the same fingerprint is reused as is. A version of PROGRESS_MIN_BYTES or
-                more logs its progress (core.storage.folders). Compiled blobs stay in the
-                bucket: there may be one per kind of CPU, and a load downloads only the one with
-                its host's key. When there are blobs, big weight files (DEFER_MIN_BYTES) stay
-                there too until a load compiles: one that imports its blob never downloads
-                them. What stayed behind travels in the returned BucketVersionFiles.
-    release(f)  the version that fetched f ended: once no version in the process uses its
-                folder, it is deleted (core.storage.folders.Folders)
+versions()  one recursive listing under the prefix, grouped by the first path segment;
+            a version's fingerprint hashes (relative key, etag/generation, size) of its files
+            (not of its compiled blobs, .ov-compiled/*.blob: see fetch)
+fetch(v)    <cache_dir>/<scheme>/<bucket>/<prefix>/<v>-<fingerprint>/, downloaded file by
+            file on a thread pool into a hidden temp folder beside it and renamed into place
+            only when complete, so a partial download is never visible; an existing folder
+            with the same fingerprint is reused as is. A version of PROGRESS_MIN_BYTES or
+            more logs its progress (core.storage.folders). Compiled blobs stay in the
+            bucket: there may be one per kind of CPU, and a load downloads only the one with
+            its host's key. When there are blobs, big weight files (DEFER_MIN_BYTES) stay
+            there too until a load compiles: one that imports its blob never downloads
+            them. What stayed behind travels in the returned BucketVersionFiles.
+release(f)  the version that fetched f ended: once no version in the process uses its
+            folder, it is deleted (core.storage.folders.Folders)
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ def is_folder_marker(obj: RemoteObject) -> bool:
     return obj.key.endswith("/")
 
 
-def split_blobs(objects: Iterable[RemoteObject], base: str
-                ) -> tuple[list[RemoteObject], dict[str, RemoteObject]]:
+def split_blobs(
+    objects: Iterable[RemoteObject], base: str
+) -> tuple[list[RemoteObject], dict[str, RemoteObject]]:
     """A version's objects -> (its model files, its compiled blobs by file name). Blobs are
     not part of the download nor of the fingerprint: there may be one per kind of CPU, and a
     load fetches only the one with its host's key (BucketVersionFiles.blob)."""
@@ -69,8 +70,7 @@ def split_blobs(objects: Iterable[RemoteObject], base: str
     blobs: dict[str, RemoteObject] = {}
     for obj in objects:
         head, _, name = below(obj.key, base).partition("/")
-        if (head == BLOB_FOLDER and name.endswith(".blob") and "/" not in name
-                and "\0" not in name):
+        if head == BLOB_FOLDER and name.endswith(".blob") and "/" not in name and "\0" not in name:
             blobs[name] = obj
         else:
             files.append(obj)
@@ -86,18 +86,24 @@ class BucketRepository:
     """The Repository protocol over a Backend; see the module docstring. `connect` builds a
     new backend for renew() (a snapshot restore); without it the backend is kept."""
 
-    def __init__(self, url: str, backend: Backend, prefix: str, cache_dir: Path,
-                 connect: Callable[[], Backend] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        backend: Backend,
+        prefix: str,
+        cache_dir: Path,
+        connect: Callable[[], Backend] | None = None,
+    ) -> None:
         self.url = url
         self.backend = backend
         self.prefix = prefix
-        self.cache_root = cache_path(cache_dir, backend.scheme, backend.bucket,
-                                     *prefix.split("/"))
+        self.cache_root = cache_path(cache_dir, backend.scheme, backend.bucket, *prefix.split("/"))
         self._connect = connect
 
     @classmethod
-    def connected(cls, url: str, connect: Callable[[], Backend], prefix: str,
-                  cache_dir: Path) -> BucketRepository:
+    def connected(
+        cls, url: str, connect: Callable[[], Backend], prefix: str, cache_dir: Path
+    ) -> BucketRepository:
         """A repository whose backend `connect()` builds, now and again on renew()."""
         return cls(url, connect(), prefix, cache_dir, connect)
 
@@ -121,8 +127,10 @@ class BucketRepository:
                 groups.setdefault(number, []).append(obj)
         if not seen_any:
             raise StorageError(f"The provided base path is invalid or doesn't exists: {self.url}")
-        return {v: fingerprint(split_blobs(objs, self._key(str(v)))[0], self._key(str(v)))
-                for v, objs in sorted(groups.items())}
+        return {
+            v: fingerprint(split_blobs(objs, self._key(str(v)))[0], self._key(str(v)))
+            for v, objs in sorted(groups.items())
+        }
 
     def fetch(self, version: int) -> BucketVersionFiles:
         started = time.perf_counter()
@@ -139,8 +147,9 @@ class BucketRepository:
         try:
             cached = target.is_dir()
             if not cached:
-                self._download_all(list(now.values()), base, target,
-                                   f"{self.url.rstrip('/')}/{version}")
+                self._download_all(
+                    list(now.values()), base, target, f"{self.url.rstrip('/')}/{version}"
+                )
             else:  # weights an earlier fetch left in the bucket are needed now (no blobs)
                 self.fill(target, now)
         except BaseException:
@@ -166,8 +175,10 @@ class BucketRepository:
 
     def fill(self, folder: Path, files: dict[str, RemoteObject]) -> None:
         """Download into `folder` (relative path -> object) those not there yet, in parallel."""
-        _each(self.place, [(o, folder / rel) for rel, o in files.items()
-                           if not (folder / rel).is_file()])
+        _each(
+            self.place,
+            [(o, folder / rel) for rel, o in files.items() if not (folder / rel).is_file()],
+        )
 
     def place(self, obj: RemoteObject, dest: Path) -> None:
         """One object into dest (atomic: a temp file beside it, renamed when complete); any
@@ -229,9 +240,14 @@ class BucketVersionFiles(VersionFiles):
     load that compiles (complete). The blob key names weight files by their listed tags
     (listed_weights), so it needs none of them on disk."""
 
-    def __init__(self, folder: Path, repository: BucketRepository,
-                 files: dict[str, RemoteObject], blobs: dict[str, RemoteObject],
-                 weights: dict[str, RemoteObject]) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        repository: BucketRepository,
+        files: dict[str, RemoteObject],
+        blobs: dict[str, RemoteObject],
+        weights: dict[str, RemoteObject],
+    ) -> None:
         super().__init__(folder)
         self.repository = repository  # its backend may be renewed: always read it from there
         self.files = files  # the model's files, by path relative to the folder
@@ -239,8 +255,11 @@ class BucketVersionFiles(VersionFiles):
         self.weights = weights  # files left in the bucket until a load compiles
 
     def listed_weights(self) -> dict[str, tuple[int, str]]:
-        return {rel: (o.size, o.tag) for rel, o in self.files.items()
-                if PurePosixPath(rel).suffix not in GRAPH_SUFFIXES}
+        return {
+            rel: (o.size, o.tag)
+            for rel, o in self.files.items()
+            if PurePosixPath(rel).suffix not in GRAPH_SUFFIXES
+        }
 
     def blob(self, name: str) -> Path | None:
         """As VersionFiles.blob; None too when the download fails (logged: the load compiles
@@ -255,24 +274,37 @@ class BucketVersionFiles(VersionFiles):
         except StorageError as exc:
             log.warning("Compiled blob not downloaded, compiling instead: %s", exc.message)
             return None
-        log.info("compiled blob ready", extra={
-            "url": self.repository.url, "bytes": obj.size, "path": str(dest), "cached": cached,
-            "seconds": round(time.perf_counter() - started, 3)})
+        log.info(
+            "compiled blob ready",
+            extra={
+                "url": self.repository.url,
+                "bytes": obj.size,
+                "path": str(dest),
+                "cached": cached,
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
         return dest
 
     def complete(self) -> None:
-        missing = {rel: o for rel, o in self.weights.items()
-                   if not (self.folder / rel).is_file()}
+        missing = {rel: o for rel, o in self.weights.items() if not (self.folder / rel).is_file()}
         if not missing:
             return
         started = time.perf_counter()
         total = sum(o.size for o in missing.values())
         with Progress(self.repository.url, self.folder, total):
             _each(self._place, [(o, self.folder / rel) for rel, o in missing.items()])
-        log.info("model weights ready", extra={
-            "url": self.repository.url, "files": len(missing), "bytes": total,
-            "path": str(self.folder), "cached": False,
-            "seconds": round(time.perf_counter() - started, 3)})
+        log.info(
+            "model weights ready",
+            extra={
+                "url": self.repository.url,
+                "files": len(missing),
+                "bytes": total,
+                "path": str(self.folder),
+                "cached": False,
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
 
     def _place(self, obj: RemoteObject, dest: Path) -> bool:
         """Download obj to dest unless it is there; True when it was (cached)."""
@@ -283,8 +315,9 @@ class BucketVersionFiles(VersionFiles):
             return False
 
 
-def _each(download: Callable[[RemoteObject, Path], object],
-          jobs: list[tuple[RemoteObject, Path]]) -> None:
+def _each(
+    download: Callable[[RemoteObject, Path], object], jobs: list[tuple[RemoteObject, Path]]
+) -> None:
     """download(obj, dest) for every job, MAX_WORKERS at a time; the first failure is raised
     once the pool has waited for the rest."""
     if jobs:

@@ -76,8 +76,10 @@ class Digest:
         """'' when `got` is the wanted digest, else the words of the error."""
         if got == self.want:
             return ""
-        return (f"the downloaded bytes do not match the object's {self.algorithm.upper()} "
-                f"({self.source}): got {_b64(got)}, expected {_b64(self.want)}")
+        return (
+            f"the downloaded bytes do not match the object's {self.algorithm.upper()} "
+            f"({self.source}): got {_b64(got)}, expected {_b64(self.want)}"
+        )
 
 
 def from_base64(algorithm: str, value: str, source: str) -> Digest | None:

@@ -53,8 +53,12 @@ class Failure(Exception):
         return self.status in RETRY_STATUS or self.code in self.retry_codes
 
 
-def retrying(once: Callable[[], T], fail: Callable[[Failure], StorageError],
-             unreachable: str, redirect: Callable[[Failure], bool] = lambda _: False) -> T:
+def retrying(
+    once: Callable[[], T],
+    fail: Callable[[Failure], StorageError],
+    unreachable: str,
+    redirect: Callable[[Failure], bool] = lambda _: False,
+) -> T:
     """once(), again after a retryable Failure or a connection error, up to RETRIES times.
     `redirect(failure)` may point the client elsewhere (S3's other region): that goes again
     once at no retry's cost. `fail` words a final Failure; `unreachable` starts the text of a
@@ -74,9 +78,11 @@ def retrying(once: Callable[[], T], fail: Callable[[Failure], StorageError],
                 raise fail(exc) from exc
         except (http.client.InvalidURL, ValueError) as exc:
             cause = unreachable.rpartition(": ")[0] or unreachable
-            raise StorageError(f"{cause}: the request cannot be sent ({type(exc).__name__}: "
-                               f"{exc}); check the endpoint and credentials for stray "
-                               "characters, such as a newline") from None
+            raise StorageError(
+                f"{cause}: the request cannot be sent ({type(exc).__name__}: "
+                f"{exc}); check the endpoint and credentials for stray "
+                "characters, such as a newline"
+            ) from None
         except (OSError, http.client.HTTPException) as exc:
             if disk_full(exc):
                 raise
@@ -99,8 +105,14 @@ class Connections:
         self._idle: list[tuple[str, http.client.HTTPConnection]] = []
         self._lock = threading.Lock()
 
-    def get(self, origin: str, url: str, headers: dict[str, str],
-            failure: Callable[[Response, bytes], Failure], use: Callable[[Response], T]) -> T:
+    def get(
+        self,
+        origin: str,
+        url: str,
+        headers: dict[str, str],
+        failure: Callable[[Response, bytes], Failure],
+        use: Callable[[Response], T],
+    ) -> T:
         """GET origin+url; `use(response)` reads a 2xx response, anything else raises
         failure(response, body)."""
         conn, response = self._send(origin, url, headers)
@@ -114,8 +126,9 @@ class Connections:
         self._give(origin, conn, response)
         return result
 
-    def _send(self, origin: str, url: str, headers: dict[str, str]
-              ) -> tuple[http.client.HTTPConnection, Response]:
+    def _send(
+        self, origin: str, url: str, headers: dict[str, str]
+    ) -> tuple[http.client.HTTPConnection, Response]:
         """The request on an idle connection if one is open, else on a new one. A server may
         close an idle connection at any time (S3 does after a few seconds): then it goes
         again at once on a new one, costing no retry."""
@@ -144,10 +157,15 @@ class Connections:
 
     def _new_connection(self, origin: str) -> http.client.HTTPConnection:
         parts = urlsplit(origin)
-        conn = (http.client.HTTPSConnection(parts.netloc, timeout=CONNECT_TIMEOUT_S,
-                                            context=tls(os.environ.get(self._cafile_env)))
-                if parts.scheme == "https"
-                else http.client.HTTPConnection(parts.netloc, timeout=CONNECT_TIMEOUT_S))
+        conn = (
+            http.client.HTTPSConnection(
+                parts.netloc,
+                timeout=CONNECT_TIMEOUT_S,
+                context=tls(os.environ.get(self._cafile_env)),
+            )
+            if parts.scheme == "https"
+            else http.client.HTTPConnection(parts.netloc, timeout=CONNECT_TIMEOUT_S)
+        )
         conn.connect()
         assert conn.sock is not None
         conn.sock.settimeout(READ_TIMEOUT_S)
@@ -175,9 +193,15 @@ def tls(cafile: str | None) -> ssl.SSLContext:
 IGNORED_RANGE = "; the endpoint, or a proxy before it, ignored the Range header"
 
 
-def download(obj: RemoteObject, dest: Path, what: str, get: Get[int],
-             whole_hint: str = IGNORED_RANGE, digest: DigestOf = lambda _: None,
-             whole: dict[str, str] | None = None) -> None:
+def download(
+    obj: RemoteObject,
+    dest: Path,
+    what: str,
+    get: Get[int],
+    whole_hint: str = IGNORED_RANGE,
+    digest: DigestOf = lambda _: None,
+    whole: dict[str, str] | None = None,
+) -> None:
     """obj into dest: one GET (with the `whole` headers), or for a big file PART_BYTES ranges
     PART_WORKERS at a time, each If-Match the listed tag, so a file replaced since the listing
     fails (412). `whole_hint` ends the error for a range answered with the whole object (the
@@ -201,8 +225,10 @@ def download(obj: RemoteObject, dest: Path, what: str, get: Get[int],
         starts = range(0, obj.size, PART_BYTES)
         named: dict[int, Digest | None] = {}  # part start -> the digest its answer named
         with ThreadPoolExecutor(PART_WORKERS) as pool:
-            parts = [pool.submit(_part, obj, start, fd, what, get, whole_hint, digest, named)
-                     for start in starts]
+            parts = [
+                pool.submit(_part, obj, start, fd, what, get, whole_hint, digest, named)
+                for start in starts
+            ]
             check: Check | None = None
             for start, part in zip(starts, parts, strict=True):
                 part.result()
@@ -213,8 +239,16 @@ def download(obj: RemoteObject, dest: Path, what: str, get: Get[int],
         _verify(what, check)
 
 
-def _part(obj: RemoteObject, start: int, fd: int, what: str, get: Get[int],
-          whole_hint: str, digest: DigestOf, named: dict[int, Digest | None]) -> None:
+def _part(
+    obj: RemoteObject,
+    start: int,
+    fd: int,
+    what: str,
+    get: Get[int],
+    whole_hint: str,
+    digest: DigestOf,
+    named: dict[int, Digest | None],
+) -> None:
     end = min(start + PART_BYTES, obj.size) - 1
 
     def use(response: Response) -> int:
@@ -246,13 +280,15 @@ def _partial(response: Response, what: str, whole_hint: str) -> Response:
     """A ranged answer, or the error for a whole object (written at the part's offset it
     would corrupt the file)."""
     if response.status != 206:
-        raise StorageError(f"{what} were answered {response.status} with the whole object"
-                           f"{whole_hint}")
+        raise StorageError(
+            f"{what} were answered {response.status} with the whole object{whole_hint}"
+        )
     return response
 
 
-def copy(response: Response, fd: int, start: int, truncate: bool = False,
-         check: Check | None = None) -> int:
+def copy(
+    response: Response, fd: int, start: int, truncate: bool = False, check: Check | None = None
+) -> int:
     """The body into fd from offset `start`; -> bytes written. `truncate`: a whole file, whose
     retry must not keep a failed attempt's tail. `check`: its hasher sees every byte."""
     if truncate:

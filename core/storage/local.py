@@ -24,9 +24,7 @@ class LocalRepository:
 
     def versions(self) -> dict[int, str]:
         if not self.base.is_dir():
-            raise StorageError(
-                f"The provided base path is invalid or doesn't exists: {self.url}"
-            )
+            raise StorageError(f"The provided base path is invalid or doesn't exists: {self.url}")
         found: dict[int, str] = {}
         try:
             entries = list(self.base.iterdir())
@@ -62,8 +60,10 @@ def _refuse_links_out(folder: Path, base: Path) -> None:
         path = pending.pop()
         target = os.path.realpath(path)
         if os.path.commonpath([root, target]) != root:
-            raise StorageError(f"Refusing {os.path.relpath(path, base)!r} of model base path "
-                               f"{base}: a symlink that leads outside the model's base path")
+            raise StorageError(
+                f"Refusing {os.path.relpath(path, base)!r} of model base path "
+                f"{base}: a symlink that leads outside the model's base path"
+            )
         if target in seen or not os.path.isdir(target):
             continue
         seen.add(target)
@@ -80,8 +80,11 @@ def folder_fingerprint(folder: Path) -> str | None:
     try:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             stat = path.stat()
-            digest.update(f"{path.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns};"
-                          .encode("utf-8", "surrogateescape"))
+            digest.update(
+                f"{path.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns};".encode(
+                    "utf-8", "surrogateescape"
+                )
+            )
     except FileNotFoundError:
         digest.update(b"changing")  # a file went away mid-listing: differs from either side
     return digest.hexdigest() if folder.is_dir() else None

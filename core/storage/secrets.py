@@ -23,16 +23,33 @@ MASK = "<redacted>"
 MIN_SECRET_CHARS = 8  # shorter values (an emulator's "testing") would mangle ordinary words
 _ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
 _GOOGLE_KEYS = ("private_key", "private_key_id", "refresh_token", "client_secret", "token")
-_PARAMS = ("sig", "signature", "x-amz-signature", "x-amz-security-token", "x-amz-credential",
-           "access_token", "refresh_token", "id_token", "token", "client_secret", "password",
-           "accountkey", "sharedaccesssignature", "credential")
+_PARAMS = (
+    "sig",
+    "signature",
+    "x-amz-signature",
+    "x-amz-security-token",
+    "x-amz-credential",
+    "access_token",
+    "refresh_token",
+    "id_token",
+    "token",
+    "client_secret",
+    "password",
+    "accountkey",
+    "sharedaccesssignature",
+    "credential",
+)
 _SHAPES = (
     # the query string of an absolute URL (a SAS, a presigned URL): all of it
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s?#'\"<>]*)\?(?:(?!:\s)[^\s#'\"<>])*", re.I),
-     rf"\1?{MASK}"),
+    (
+        re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s?#'\"<>]*)\?(?:(?!:\s)[^\s#'\"<>])*", re.I),
+        rf"\1?{MASK}",
+    ),
     # name=value pairs that carry a secret, in a relative URL, a header or a connection string
-    (re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, _PARAMS)) + r")=[^&;,\s'\"<>]+", re.I),
-     rf"\1={MASK}"),
+    (
+        re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, _PARAMS)) + r")=[^&;,\s'\"<>]+", re.I),
+        rf"\1={MASK}",
+    ),
     (re.compile(r"(://)[^/\s@'\"<>]+@"), rf"\1{MASK}@"),  # user:password@host
     (re.compile(r"\b(Bearer|SharedKey|SharedKeyLite|Basic)\s+[^\s'\",]+", re.I), rf"\1 {MASK}"),
 )

@@ -44,7 +44,7 @@ def parse_dims(value: Any, path: str) -> Dims:
     elif isinstance(value, list):
         items = value
     else:
-        raise ValueError(f"{path}: expected a shape like \"(1,3,224,224)\", got {value!r}")
+        raise ValueError(f'{path}: expected a shape like "(1,3,224,224)", got {value!r}')
     if not items:
         raise ValueError(f"{path}: shape has no dimensions")
     return tuple(parse_dim(item, f"{path}[{i}]") for i, item in enumerate(items))

@@ -75,22 +75,29 @@ def check_names(specs: Mapping[str, TensorSpec], inputs: Mapping[str, object]) -
         missing = [name for name in specs if name not in inputs]
         extra = sorted(set(inputs) - set(specs))
         detail = (f"; missing input: {', '.join(missing)}" if missing else "") + (
-            f"; unexpected input: {', '.join(extra)}" if extra else "")
+            f"; unexpected input: {', '.join(extra)}" if extra else ""
+        )
         raise InvalidInputError(
             f"Invalid number of inputs - Expected: {len(specs)}; Actual: {len(inputs)}"
             + detail[:300]
         )
     for name in specs:
         if name not in inputs:
-            raise InvalidInputError(
-                f"Missing input with specific name - Required input: {name}"
-            )
+            raise InvalidInputError(f"Missing input with specific name - Required input: {name}")
 
 
 # Precision names as OVMS prints them (src/precision.cpp toString): I64, U8, STRING...
-_OVMS_PRECISION = {"INT8": "I8", "INT16": "I16", "INT32": "I32", "INT64": "I64",
-                   "UINT8": "U8", "UINT16": "U16", "UINT32": "U32", "UINT64": "U64",
-                   "BYTES": "STRING"}
+_OVMS_PRECISION = {
+    "INT8": "I8",
+    "INT16": "I16",
+    "INT32": "I32",
+    "INT64": "I64",
+    "UINT8": "U8",
+    "UINT16": "U16",
+    "UINT32": "U32",
+    "UINT64": "U64",
+    "BYTES": "STRING",
+}
 
 
 def precision_name(dtype: DType) -> str:

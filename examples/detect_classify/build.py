@@ -1,7 +1,7 @@
 """Build the example's model repository: detector + classifier + pipeline config.json.
 
-    python examples/detect_classify/build.py /tmp/detect_classify
-    ov-serverless serve --config_path /tmp/detect_classify/config.json
+python examples/detect_classify/build.py /tmp/detect_classify
+ov-serverless serve --config_path /tmp/detect_classify/config.json
 """
 
 from __future__ import annotations
@@ -38,21 +38,40 @@ def pipeline_config(threshold: float = 0.5) -> dict[str, object]:
         "name": "detect_classify",
         "inputs": ["image"],
         "nodes": [
-            {"name": "detect", "type": "DL model", "model_name": "detector",
-             "inputs": [{"image": {"node_name": "request", "data_item": "image"}}],
-             "outputs": [{"data_item": "scores", "alias": "scores"}]},
-            {"name": "crop", "type": "custom", "library_name": "crop",
-             "params": {"threshold": str(threshold)}, "demultiply_count": 0,
-             "inputs": [{"image": {"node_name": "request", "data_item": "image"}},
-                        {"scores": {"node_name": "detect", "data_item": "scores"}}],
-             "outputs": [{"data_item": "crops", "alias": "crops"},
-                         {"data_item": "boxes", "alias": "boxes"}]},
-            {"name": "classify", "type": "DL model", "model_name": "classifier",
-             "inputs": [{"input": {"node_name": "crop", "data_item": "crops"}}],
-             "outputs": [{"data_item": "probabilities", "alias": "probabilities"}]},
+            {
+                "name": "detect",
+                "type": "DL model",
+                "model_name": "detector",
+                "inputs": [{"image": {"node_name": "request", "data_item": "image"}}],
+                "outputs": [{"data_item": "scores", "alias": "scores"}],
+            },
+            {
+                "name": "crop",
+                "type": "custom",
+                "library_name": "crop",
+                "params": {"threshold": str(threshold)},
+                "demultiply_count": 0,
+                "inputs": [
+                    {"image": {"node_name": "request", "data_item": "image"}},
+                    {"scores": {"node_name": "detect", "data_item": "scores"}},
+                ],
+                "outputs": [
+                    {"data_item": "crops", "alias": "crops"},
+                    {"data_item": "boxes", "alias": "boxes"},
+                ],
+            },
+            {
+                "name": "classify",
+                "type": "DL model",
+                "model_name": "classifier",
+                "inputs": [{"input": {"node_name": "crop", "data_item": "crops"}}],
+                "outputs": [{"data_item": "probabilities", "alias": "probabilities"}],
+            },
         ],
-        "outputs": [{"probabilities": {"node_name": "classify", "data_item": "probabilities"}},
-                    {"boxes": {"node_name": "crop", "data_item": "boxes"}}],
+        "outputs": [
+            {"probabilities": {"node_name": "classify", "data_item": "probabilities"}},
+            {"boxes": {"node_name": "crop", "data_item": "boxes"}},
+        ],
     }
 
 
@@ -65,7 +84,8 @@ def build(root: Path, threshold: float = 0.5) -> Path:
             {"config": {"name": "classifier", "base_path": "classifier"}},
         ],
         "custom_node_library_config_list": [
-            {"name": "crop", "base_path": str(HERE / "crop_node.py")}],
+            {"name": "crop", "base_path": str(HERE / "crop_node.py")}
+        ],
         "pipeline_config_list": [pipeline_config(threshold)],
     }
     path = root / "config.json"

@@ -28,10 +28,12 @@ class Settings(NamedTuple):
 
 
 def initialize(params: dict[str, str]) -> Settings:
-    settings = Settings(float(params.get("threshold", "0.3")),
-                        float(params.get("box_threshold", "0.5")),
-                        float(params.get("unclip_ratio", "2.0")),
-                        int(params.get("max_crops", "100")))
+    settings = Settings(
+        float(params.get("threshold", "0.3")),
+        float(params.get("box_threshold", "0.5")),
+        float(params.get("unclip_ratio", "2.0")),
+        int(params.get("max_crops", "100")),
+    )
     if settings.max_crops < 1:
         raise ValueError("max_crops must be at least 1")
     return settings
@@ -45,8 +47,9 @@ def outputs_info(params: dict[str, str]) -> dict[str, tuple[str, list[int]]]:
     return {"crops": ("FP32", [-1, 1, 3, HEIGHT, -1]), "boxes": ("INT32", [-1, 4])}
 
 
-def execute(inputs: dict[str, np.ndarray], params: dict[str, str],
-            settings: Settings) -> dict[str, np.ndarray]:
+def execute(
+    inputs: dict[str, np.ndarray], params: dict[str, str], settings: Settings
+) -> dict[str, np.ndarray]:
     image, probabilities = inputs["image"][0], inputs["probabilities"][0, 0]
     boxes = text_boxes(probabilities, image.shape[:2], settings)
     if len(boxes) > settings.max_crops:
@@ -56,8 +59,10 @@ def execute(inputs: dict[str, np.ndarray], params: dict[str, str],
 
 
 def _too_many(count: int, limit: int) -> None:
-    message = (f"The image has {count} text boxes; this pipeline reads at most {limit} "
-               "(boxes node param max_crops)")
+    message = (
+        f"The image has {count} text boxes; this pipeline reads at most {limit} "
+        "(boxes node param max_crops)"
+    )
     try:
         from core.errors import InvalidInputError
     except ImportError:  # outside the server: a plain error says the same
@@ -67,8 +72,10 @@ def _too_many(count: int, limit: int) -> None:
 
 # -- detection map -> boxes ----------------------------------------------------------------
 
-def text_boxes(probabilities: np.ndarray, image_size: tuple[int, int],
-               settings: Settings) -> np.ndarray:
+
+def text_boxes(
+    probabilities: np.ndarray, image_size: tuple[int, int], settings: Settings
+) -> np.ndarray:
     """[h,w] probability map -> INT32 [N,4] boxes (x1, y1, x2, y2) in image pixels, sorted
     top to bottom, then left to right."""
     mask = dilate(probabilities > settings.threshold)
@@ -81,8 +88,14 @@ def text_boxes(probabilities: np.ndarray, image_size: tuple[int, int],
         grow = unclip_distance(x1 - x0, y1 - y0, settings.unclip_ratio)
         if min(x1 - x0, y1 - y0) + 2 * grow < MIN_SIDE + 2:
             continue
-        box = np.array([(x0 - grow) * scale_x, (y0 - grow) * scale_y,
-                        (x1 + grow) * scale_x, (y1 + grow) * scale_y])
+        box = np.array(
+            [
+                (x0 - grow) * scale_x,
+                (y0 - grow) * scale_y,
+                (x1 + grow) * scale_x,
+                (y1 + grow) * scale_y,
+            ]
+        )
         found.append(np.round(box))
     boxes = np.array(found, dtype=np.float64).reshape(-1, 4)
     boxes[:, 0::2] = boxes[:, 0::2].clip(0, image_size[1])
@@ -105,8 +118,9 @@ def unclip_distance(width: float, height: float, ratio: float) -> float:
     return width * height * ratio / perimeter if perimeter else 0.0
 
 
-def regions(mask: np.ndarray, probabilities: np.ndarray
-            ) -> list[tuple[tuple[int, int, int, int], float]]:
+def regions(
+    mask: np.ndarray, probabilities: np.ndarray
+) -> list[tuple[tuple[int, int, int, int], float]]:
     """The 8-connected regions of a mask: bounding box (x0, y0, x1, y1, inclusive) and mean
     probability over the region's own pixels. Horizontal runs of each row are joined with the
     runs of the row above that touch them (diagonals included)."""
@@ -132,12 +146,15 @@ def regions(mask: np.ndarray, probabilities: np.ndarray
     np.cumsum(probabilities, axis=1, out=sums[:, 1:])
     totals = np.bincount(group, sums[rows, ends] - sums[rows, starts], count)
     pixels = np.bincount(group, ends - starts, count)
-    return [((int(x0[k]), int(y0[k]), int(x1[k]), int(y1[k])), float(totals[k] / pixels[k]))
-            for k in range(count)]
+    return [
+        ((int(x0[k]), int(y0[k]), int(x1[k]), int(y1[k])), float(totals[k] / pixels[k]))
+        for k in range(count)
+    ]
 
 
-def _touching_runs(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, stride: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def _touching_runs(
+    rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, stride: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Index pairs (run, run of the row above that touches it). Runs are sorted by row, then
     column, so row * stride + column keys are sorted too: the runs above that touch run i
     are one contiguous range, found by binary search."""
@@ -181,6 +198,7 @@ def reading_order(boxes: np.ndarray) -> np.ndarray:
 
 # -- boxes -> recogniser crops -------------------------------------------------------------
 
+
 def crop_batch(image: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     """FP32 [N,3,HEIGHT,W] crops: each resized to HEIGHT keeping its aspect ratio (tall
     crops turned a quarter first, as vertical text), normalised to [-1, 1], zero-padded on
@@ -191,7 +209,7 @@ def crop_batch(image: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     batch = np.zeros((len(pieces), 3, HEIGHT, width), dtype=np.float32)
     for index, piece in enumerate(pieces):
         resized = resize_to_height(piece, width)
-        batch[index, :, :, :resized.shape[1]] = resized.transpose(2, 0, 1) / 127.5 - 1
+        batch[index, :, :, : resized.shape[1]] = resized.transpose(2, 0, 1) / 127.5 - 1
     return batch
 
 
@@ -207,5 +225,6 @@ def resize_to_height(piece: np.ndarray, max_width: int) -> np.ndarray:
     if piece.size == 0:
         return np.zeros((HEIGHT, target, 3), dtype=np.uint8)
     resized = Image.fromarray(np.ascontiguousarray(piece)).resize(
-        (max(target, 1), HEIGHT), Image.Resampling.BILINEAR)
+        (max(target, 1), HEIGHT), Image.Resampling.BILINEAR
+    )
     return np.asarray(resized)

@@ -39,8 +39,9 @@ def models_dir() -> Path:
     """The wheel's models/ folder, found without importing the package."""
     spec = importlib.util.find_spec(WHEEL)
     if spec is None or not spec.submodule_search_locations:
-        raise WheelMissing(f"{WHEEL} is not installed: pip install --no-deps "
-                           "rapidocr-onnxruntime==1.4.4")
+        raise WheelMissing(
+            f"{WHEEL} is not installed: pip install --no-deps rapidocr-onnxruntime==1.4.4"
+        )
     return Path(list(spec.submodule_search_locations)[0]) / "models"
 
 
@@ -66,8 +67,9 @@ def detector(onnx: Path) -> ov.Model:
     scale = ops.minimum(scale, ops.divide(_f32(LONG_SIDE), ops.reduce_max(size, axis)))
     target = ops.round(ops.divide(ops.multiply(size, scale), _f32(32)), "half_to_even")
     target = ops.multiply(ops.maximum(target, _f32(1)), _f32(32))
-    resized = ops.interpolate(x, ops.convert(target, np.int64), "linear_onnx", "sizes",
-                              axes=_i64(2, 3))
+    resized = ops.interpolate(
+        x, ops.convert(target, np.int64), "linear_onnx", "sizes", axes=_i64(2, 3)
+    )
     normalised = ops.subtract(ops.divide(resized, _f32(127.5)), _f32(1))
     for consumer in net.get_parameters()[0].output(0).get_target_inputs():
         consumer.replace_source_output(normalised.output(0))
@@ -94,31 +96,57 @@ def pipeline_config(max_crops: int = 100) -> dict[str, object]:
         "name": "ocr",
         "inputs": ["image"],
         "nodes": [
-            {"name": "detect", "type": "DL model", "model_name": "text_detect",
-             "inputs": [{"image": request}],
-             "outputs": [{"data_item": "probabilities", "alias": "map"}]},
-            {"name": "boxes", "type": "custom", "library_name": "ocr_boxes",
-             "params": {"max_crops": str(max_crops)}, "demultiply_count": 0,
-             "inputs": [{"image": request},
-                        {"probabilities": {"node_name": "detect", "data_item": "map"}}],
-             "outputs": [{"data_item": "crops", "alias": "crops"},
-                         {"data_item": "boxes", "alias": "boxes"}]},
-            {"name": "recognise", "type": "DL model", "model_name": "text_recognise",
-             "inputs": [{"crop": {"node_name": "boxes", "data_item": "crops"}}],
-             "outputs": [{"data_item": "probabilities", "alias": "characters"}]},
-            {"name": "decode", "type": "custom", "library_name": "ocr_decode",
-             "params": {"charset_model": "../text_recognise/1/model.xml"},
-             "gather_from_node": "boxes",
-             "inputs": [{"probabilities": {"node_name": "recognise",
-                                           "data_item": "characters"}},
-                        {"boxes": {"node_name": "boxes", "data_item": "boxes"}}],
-             "outputs": [{"data_item": "texts", "alias": "texts"},
-                         {"data_item": "boxes", "alias": "boxes"},
-                         {"data_item": "scores", "alias": "scores"}]},
+            {
+                "name": "detect",
+                "type": "DL model",
+                "model_name": "text_detect",
+                "inputs": [{"image": request}],
+                "outputs": [{"data_item": "probabilities", "alias": "map"}],
+            },
+            {
+                "name": "boxes",
+                "type": "custom",
+                "library_name": "ocr_boxes",
+                "params": {"max_crops": str(max_crops)},
+                "demultiply_count": 0,
+                "inputs": [
+                    {"image": request},
+                    {"probabilities": {"node_name": "detect", "data_item": "map"}},
+                ],
+                "outputs": [
+                    {"data_item": "crops", "alias": "crops"},
+                    {"data_item": "boxes", "alias": "boxes"},
+                ],
+            },
+            {
+                "name": "recognise",
+                "type": "DL model",
+                "model_name": "text_recognise",
+                "inputs": [{"crop": {"node_name": "boxes", "data_item": "crops"}}],
+                "outputs": [{"data_item": "probabilities", "alias": "characters"}],
+            },
+            {
+                "name": "decode",
+                "type": "custom",
+                "library_name": "ocr_decode",
+                "params": {"charset_model": "../text_recognise/1/model.xml"},
+                "gather_from_node": "boxes",
+                "inputs": [
+                    {"probabilities": {"node_name": "recognise", "data_item": "characters"}},
+                    {"boxes": {"node_name": "boxes", "data_item": "boxes"}},
+                ],
+                "outputs": [
+                    {"data_item": "texts", "alias": "texts"},
+                    {"data_item": "boxes", "alias": "boxes"},
+                    {"data_item": "scores", "alias": "scores"},
+                ],
+            },
         ],
-        "outputs": [{"texts": {"node_name": "decode", "data_item": "texts"}},
-                    {"boxes": {"node_name": "decode", "data_item": "boxes"}},
-                    {"scores": {"node_name": "decode", "data_item": "scores"}}],
+        "outputs": [
+            {"texts": {"node_name": "decode", "data_item": "texts"}},
+            {"boxes": {"node_name": "decode", "data_item": "boxes"}},
+            {"scores": {"node_name": "decode", "data_item": "scores"}},
+        ],
     }
 
 

@@ -21,8 +21,10 @@ class Charset(NamedTuple):
 
 
 def initialize(params: dict[str, str]) -> Charset:
-    return Charset(load_characters(_model_path(params.get("charset_model", ""))),
-                   float(params.get("min_score", "0.5")))
+    return Charset(
+        load_characters(_model_path(params.get("charset_model", ""))),
+        float(params.get("min_score", "0.5")),
+    )
 
 
 def _model_path(value: str) -> Path:
@@ -51,20 +53,27 @@ def outputs_info(params: dict[str, str]) -> dict[str, tuple[str, list[int]]]:
     return {"texts": ("BYTES", [-1]), "boxes": ("INT32", [-1, 4]), "scores": ("FP32", [-1])}
 
 
-def execute(inputs: dict[str, np.ndarray], params: dict[str, str],
-            charset: Charset) -> dict[str, np.ndarray]:
+def execute(
+    inputs: dict[str, np.ndarray], params: dict[str, str], charset: Charset
+) -> dict[str, np.ndarray]:
     probabilities, boxes = inputs["probabilities"][:, 0], inputs["boxes"]
     if probabilities.shape[-1] != len(charset.characters):
-        raise ValueError(f"the recogniser scores {probabilities.shape[-1]} classes; its "
-                         f"character set has {len(charset.characters)}")
+        raise ValueError(
+            f"the recogniser scores {probabilities.shape[-1]} classes; its "
+            f"character set has {len(charset.characters)}"
+        )
     decoded = [greedy(steps, charset.characters) for steps in probabilities]
-    keep = [i for i, (text, score) in enumerate(decoded)
-            if text.strip() and score >= charset.min_score]
+    keep = [
+        i for i, (text, score) in enumerate(decoded) if text.strip() and score >= charset.min_score
+    ]
     if not keep:
         _no_text()
     texts = np.array([decoded[i][0] for i in keep], dtype=object)  # str: served as BYTES
-    return {"texts": texts, "boxes": boxes[keep].astype(np.int32),
-            "scores": np.array([decoded[i][1] for i in keep], dtype=np.float32)}
+    return {
+        "texts": texts,
+        "boxes": boxes[keep].astype(np.int32),
+        "scores": np.array([decoded[i][1] for i in keep], dtype=np.float32),
+    }
 
 
 def greedy(steps: np.ndarray, characters: tuple[str, ...]) -> tuple[str, float]:

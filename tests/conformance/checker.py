@@ -24,15 +24,15 @@ from tests.conformance import spec
 # (schemathesis check code, HTTP status) -> why this server answers so, deliberately
 SPEC_GAPS: dict[tuple[str, int], str] = {
     ("ST103", 404): "unknown model, version or URL: 404 with the error object, as OVMS answers; "
-                    "the spec documents only 200 (and 400 for infer)",
+    "the spec documents only 200 (and 400 for infer)",
     ("ST103", 412): "a body that is not JSON: 412, as OVMS answers it; the spec documents 400",
     ("ST201", 412): "the same 412 for a body that is not JSON (schemathesis counts only 400, "
-                    "422 and a few others as a rejection)",
+    "422 and a few others as a rejection)",
     ("ST202", 412): "an empty body is schema-valid (the spec does not require one) but is not "
-                    "JSON: 412, as OVMS",
+    "JSON: 412, as OVMS",
     ("ST202", 400): "a request that fits the generic schema but not the model's signature "
-                    "(input names, datatypes, shapes): 400 with OVMS's message; the spec cannot "
-                    "describe a model's inputs",
+    "(input names, datatypes, shapes): 400 with OVMS's message; the spec cannot "
+    "describe a model's inputs",
 }
 _CASE = re.compile(r"^\d+\. Test Case ID: \S+$", re.MULTILINE)
 _CHECK = re.compile(r"^- (ST\d+) ", re.MULTILINE)
@@ -50,8 +50,10 @@ class Run:
 
     def summary(self) -> str:
         kinds = ", ".join(f"{kind}: {count}" for kind, count in sorted(self.kinds.items()))
-        return (f"{self.operations} operations, {self.test_cases} test cases (requests), "
-                f"{len(self.failures)} unexpected failing cases; by kind: {kinds or 'none'}")
+        return (
+            f"{self.operations} operations, {self.test_cases} test cases (requests), "
+            f"{len(self.failures)} unexpected failing cases; by kind: {kinds or 'none'}"
+        )
 
 
 def write_spec(path: Path, models: list[str], versions: list[str]) -> Path:
@@ -59,19 +61,55 @@ def write_spec(path: Path, models: list[str], versions: list[str]) -> Path:
     return path
 
 
-def run(url: str, spec_path: Path, report_dir: Path, *, max_examples: int, max_time: int,
-        seed: int, extra: tuple[str, ...] = ()) -> Run:
+def run(
+    url: str,
+    spec_path: Path,
+    report_dir: Path,
+    *,
+    max_examples: int,
+    max_time: int,
+    seed: int,
+    extra: tuple[str, ...] = (),
+) -> Run:
     """One bounded schemathesis run (all its phases and default checks) against `url`."""
-    command = [sys.executable, "-m", "schemathesis.cli", "run", str(spec_path), "--url", url,
-               "--max-examples", str(max_examples), "--max-time", str(max_time),
-               "--seed", str(seed), "--workers", "1", "--request-timeout", "60",
-               "--no-color", "--report", "json,junit", "--report-dir", str(report_dir), *extra]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=max_time * 3 + 120,
-                          check=False, cwd=report_dir)  # its example database stays there
+    command = [
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "run",
+        str(spec_path),
+        "--url",
+        url,
+        "--max-examples",
+        str(max_examples),
+        "--max-time",
+        str(max_time),
+        "--seed",
+        str(seed),
+        "--workers",
+        "1",
+        "--request-timeout",
+        "60",
+        "--no-color",
+        "--report",
+        "json,junit",
+        "--report-dir",
+        str(report_dir),
+        *extra,
+    ]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=max_time * 3 + 120,
+        check=False,
+        cwd=report_dir,
+    )  # its example database stays there
     reports = {p.suffix: p for p in report_dir.iterdir() if p.is_file()}
     if ".json" not in reports or ".xml" not in reports:
-        raise AssertionError(f"schemathesis wrote no report:\n{done.stdout[-3000:]}"
-                             f"\n{done.stderr[-3000:]}")
+        raise AssertionError(
+            f"schemathesis wrote no report:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
     return _read(json.loads(reports[".json"].read_text()), reports[".xml"])
 
 
@@ -101,6 +139,7 @@ def _cases(junit: Path) -> list[str]:
         if element.tag in ("failure", "error"):
             text = element.text or element.get("message") or ""
             starts = [m.start() for m in _CASE.finditer(text)] or [0]
-            texts += [text[a:b].strip() for a, b in zip(starts, [*starts[1:], len(text)],
-                                                         strict=True)]
+            texts += [
+                text[a:b].strip() for a, b in zip(starts, [*starts[1:], len(text)], strict=True)
+            ]
     return texts

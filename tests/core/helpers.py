@@ -77,20 +77,35 @@ def save_onnx_classifier(path: Path, batch: int | None = 1, seed: int = 0) -> Pa
     kernel, weights = classifier_weights(seed)
     graph = helper.make_graph(
         [
-            helper.make_node("Conv", ["input", "kernel"], ["conv"], strides=[2, 2],
-                             pads=[1, 1, 1, 1], dilations=[1, 1], kernel_shape=[3, 3]),
+            helper.make_node(
+                "Conv",
+                ["input", "kernel"],
+                ["conv"],
+                strides=[2, 2],
+                pads=[1, 1, 1, 1],
+                dilations=[1, 1],
+                kernel_shape=[3, 3],
+            ),
             helper.make_node("Relu", ["conv"], ["relu"]),
             helper.make_node("ReduceMean", ["relu"], ["pooled"], axes=[2, 3], keepdims=0),
             helper.make_node("MatMul", ["pooled", "weights"], ["logits"]),
             helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1),
         ],
         "classifier",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                       [batch if batch else "N", 3, 224, 224])],
-        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT,
-                                       [batch if batch else "N", CLASSES])],
-        initializer=[numpy_helper.from_array(kernel, "kernel"),
-                     numpy_helper.from_array(weights, "weights")],
+        [
+            helper.make_tensor_value_info(
+                "input", TensorProto.FLOAT, [batch if batch else "N", 3, 224, 224]
+            )
+        ],
+        [
+            helper.make_tensor_value_info(
+                "probabilities", TensorProto.FLOAT, [batch if batch else "N", CLASSES]
+            )
+        ],
+        initializer=[
+            numpy_helper.from_array(kernel, "kernel"),
+            numpy_helper.from_array(weights, "weights"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
@@ -152,8 +167,10 @@ def split_binary_response(response: requests.Response) -> tuple[dict[str, Any], 
 
 def kserve_binary_request(doc: Mapping[str, Any], payload: bytes) -> tuple[bytes, dict[str, str]]:
     header = json.dumps(doc).encode()
-    return header + payload, {"Inference-Header-Content-Length": str(len(header)),
-                              "Content-Type": "application/octet-stream"}
+    return header + payload, {
+        "Inference-Header-Content-Length": str(len(header)),
+        "Content-Type": "application/octet-stream",
+    }
 
 
 # -- the server --------------------------------------------------------------------------------
@@ -173,20 +190,41 @@ def console_script() -> str:
 class RunningServer:
     """`ov-serverless serve` in a subprocess on 127.0.0.1, ready when /v2/health/ready is 200."""
 
-    def __init__(self, config_path: Path, workdir: Path, extra_args: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        workdir: Path,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"server-{self.port}.log"
-        command = [console_script(), "serve", "--rest_port", str(self.port),
-                   "--rest_bind_address", "127.0.0.1", "--config_path", str(config_path),
-                   "--shutdown_grace_seconds", "2", "--cache_dir", str(workdir / "cache"),
-                   *extra_args]
+        command = [
+            console_script(),
+            "serve",
+            "--rest_port",
+            str(self.port),
+            "--rest_bind_address",
+            "127.0.0.1",
+            "--config_path",
+            str(config_path),
+            "--shutdown_grace_seconds",
+            "2",
+            "--cache_dir",
+            str(workdir / "cache"),
+            *extra_args,
+        ]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("OVS_")}
         full_env.update({"PYTHONUNBUFFERED": "1", **(env or {})})
         self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
-                                        env=full_env, start_new_session=True)
+        self.process = subprocess.Popen(
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            start_new_session=True,
+        )
         self.session = requests.Session()
         try:
             self._wait_ready()
@@ -236,8 +274,12 @@ class RunningServer:
 
 
 @contextlib.contextmanager
-def running_server(config_path: Path, workdir: Path, extra_args: Sequence[str] = (),
-                   env: Mapping[str, str] | None = None) -> Iterator[RunningServer]:
+def running_server(
+    config_path: Path,
+    workdir: Path,
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> Iterator[RunningServer]:
     server = RunningServer(config_path, workdir, extra_args, env)
     try:
         yield server

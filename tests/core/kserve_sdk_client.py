@@ -30,10 +30,13 @@ def _rest() -> Any:
 async def rest_health(url: str, _: str) -> Any:
     client = _rest()
     try:
-        return [await client.is_server_live(url), await client.is_server_ready(url),
-                await client.is_model_ready(url, "scaler"),
-                await client.is_model_ready(url, "empty"),
-                await client.is_model_ready(url, "nope")]
+        return [
+            await client.is_server_live(url),
+            await client.is_server_ready(url),
+            await client.is_model_ready(url, "scaler"),
+            await client.is_model_ready(url, "empty"),
+            await client.is_model_ready(url, "nope"),
+        ]
     finally:
         await client.close()
 
@@ -41,8 +44,9 @@ async def rest_health(url: str, _: str) -> Any:
 async def rest_infer(url: str, _: str) -> Any:
     client = _rest()
     try:
-        answer = await client.infer(url, kserve.InferRequest("scaler", [_x()], request_id="req-7"),
-                                    model_name="scaler")
+        answer = await client.infer(
+            url, kserve.InferRequest("scaler", [_x()], request_id="req-7"), model_name="scaler"
+        )
         return {"id": answer.id, "data": answer.outputs[0].as_numpy().tolist()}
     finally:
         await client.close()
@@ -51,9 +55,16 @@ async def rest_infer(url: str, _: str) -> Any:
 async def rest_bad_id(url: str, _: str) -> Any:
     client = _rest()
     try:
-        await client.infer(url, {"id": 7, "inputs": [
-            {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]},
-            model_name="scaler")
+        await client.infer(
+            url,
+            {
+                "id": 7,
+                "inputs": [
+                    {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+                ],
+            },
+            model_name="scaler",
+        )
         return {"raised": None}
     except httpx.HTTPStatusError as exc:
         return {"raised": "HTTPStatusError", "status": exc.response.status_code}
@@ -65,15 +76,22 @@ async def grpc_all(_: str, port: str) -> Any:
     client = kserve.InferenceGRPCClient(f"127.0.0.1:{port}", timeout=30, retries=2)
     try:
         answer = await client.infer(kserve.InferRequest("scaler", [_x()], request_id="g-1"))
-        return {"live": await client.is_server_live(), "ready": await client.is_server_ready(),
-                "model_ready": await client.is_model_ready("scaler"),
-                "data": answer.outputs[0].as_numpy().tolist()}
+        return {
+            "live": await client.is_server_live(),
+            "ready": await client.is_server_ready(),
+            "model_ready": await client.is_model_ready("scaler"),
+            "data": answer.outputs[0].as_numpy().tolist(),
+        }
     finally:
         await client.close()
 
 
-SCENARIOS = {"rest_health": rest_health, "rest_infer": rest_infer, "rest_bad_id": rest_bad_id,
-             "grpc_all": grpc_all}
+SCENARIOS = {
+    "rest_health": rest_health,
+    "rest_infer": rest_infer,
+    "rest_bad_id": rest_bad_id,
+    "grpc_all": grpc_all,
+}
 
 if __name__ == "__main__":
     scenario, url, port = sys.argv[1:4]

@@ -41,8 +41,9 @@ def concurrent_host() -> Iterator[None]:
     compiled_cache._profile = saved
 
 
-def load(folder: Path, name: str = "m", cls: type[ModelVersion] = ModelVersion,
-         **options: Any) -> ModelVersion:
+def load(
+    folder: Path, name: str = "m", cls: type[ModelVersion] = ModelVersion, **options: Any
+) -> ModelVersion:
     config = parse_model_config({"name": name, "base_path": str(folder.parent), **options}, name)
     version = cls(config, 1, folder, str(folder.parent / "cache"))
     version.load()
@@ -62,8 +63,11 @@ def scrape(name: str) -> str:
 
 
 def both_variants(version: ModelVersion) -> None:
-    wait_for(lambda: version.variants == ("latency", "throughput"), "the throughput variant",
-             timeout_s=60)
+    wait_for(
+        lambda: version.variants == ("latency", "throughput"),
+        "the throughput variant",
+        timeout_s=60,
+    )
 
 
 def hint(version: ModelVersion, variant: int) -> str:
@@ -84,7 +88,8 @@ def model_folder(tmp_path: Path) -> Path:
 
 
 def test_a_lone_request_runs_on_latency_and_one_among_others_on_throughput(
-        model_folder: Path) -> None:
+    model_folder: Path,
+) -> None:
     version = load(model_folder, "ad-lone")
     assert version.variants == ("latency",)  # the first answer does not wait for the second
     assert hint(version, 0) == "LATENCY"
@@ -125,15 +130,19 @@ def test_concurrent_clients_are_served_by_the_throughput_variant(model_folder: P
             np.testing.assert_allclose(result, expected[seed], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("plugin_config", [
-    {"PERFORMANCE_HINT": "THROUGHPUT"},
-    {"PERFORMANCE_HINT": "LATENCY"},
-    {"NUM_STREAMS": 2},
-    {"CPU_THROUGHPUT_STREAMS": "CPU_THROUGHPUT_AUTO"},  # OVMS's legacy key
-    {"CPU_THROUGHPUT_STREAMS": 1},
-])
+@pytest.mark.parametrize(
+    "plugin_config",
+    [
+        {"PERFORMANCE_HINT": "THROUGHPUT"},
+        {"PERFORMANCE_HINT": "LATENCY"},
+        {"NUM_STREAMS": 2},
+        {"CPU_THROUGHPUT_STREAMS": "CPU_THROUGHPUT_AUTO"},  # OVMS's legacy key
+        {"CPU_THROUGHPUT_STREAMS": 1},
+    ],
+)
 def test_an_explicit_hint_or_stream_count_disables_adaptation(
-        model_folder: Path, plugin_config: dict[str, Any]) -> None:
+    model_folder: Path, plugin_config: dict[str, Any]
+) -> None:
     name = f"ad-tuned-{len(str(plugin_config))}-{next(iter(plugin_config.values()))}"
     version = load(model_folder, name, plugin_config=plugin_config)
     for _ in range(2):
@@ -164,8 +173,11 @@ def test_stateful_and_batched_models_keep_one_variant(tmp_path: Path) -> None:
     save(scaler(2.0, (1, 4)), tmp_path / "ad-state" / "1")
     stateful = load(tmp_path / "ad-state" / "1", "ad-state", StatefulModelVersion, stateful=True)
     save(scaler(2.0), tmp_path / "ad-one-batched" / "1")
-    batched = load(tmp_path / "ad-one-batched" / "1", "ad-one-batched",
-                   dynamic_batching={"max_batch_size": 4, "window_us": 100})
+    batched = load(
+        tmp_path / "ad-one-batched" / "1",
+        "ad-one-batched",
+        dynamic_batching={"max_batch_size": 4, "window_us": 100},
+    )
     batched.infer({"x": np.ones((1, 4), np.float32)})
     assert stateful.variants == ("fixed",) and batched.variants == ("fixed",)
     assert served("ad-one-batched", 1, "fixed") == 1
@@ -181,7 +193,8 @@ def test_retiring_releases_both_variants(model_folder: Path) -> None:
 
 
 def test_a_version_retired_before_its_second_compile_never_gets_one(
-        model_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     version = load(model_folder, "ad-early")
     version.retire(grace=0)  # retiring opens the gate the background compile waits on
     with version._second_lock:  # the background compile, if it ran, has finished
@@ -191,10 +204,12 @@ def test_a_version_retired_before_its_second_compile_never_gets_one(
 
 def test_auto_batch_reload_and_new_versions_adapt_too(tmp_path: Path) -> None:
     put_version(tmp_path / "auto", 1, factor=2.0, shape=(1, 4))
-    config = write_config_atomic(tmp_path / "config.json",
-                                 [{"name": "ad-auto", "base_path": "auto", "batch_size": "auto"}])
-    app = start_app(Settings(config_path=str(config), cache_dir=str(tmp_path / "cache"),
-                             concurrent=True))
+    config = write_config_atomic(
+        tmp_path / "config.json", [{"name": "ad-auto", "base_path": "auto", "batch_size": "auto"}]
+    )
+    app = start_app(
+        Settings(config_path=str(config), cache_dir=str(tmp_path / "cache"), concurrent=True)
+    )
     try:
         send = app_sender(app)
         assert predict_factor(send, "ad-auto") == (200, 2.0)
@@ -207,15 +222,21 @@ def test_auto_batch_reload_and_new_versions_adapt_too(tmp_path: Path) -> None:
         assert first.variants == () or first.status.state >= State.UNLOADING
         both_variants(refitted)
         with refitted.serving():
-            status, doc = send("POST", "/v1/models/ad-auto:predict",
-                               {"instances": [[1, 2, 3, 4]] * 3})
+            status, doc = send(
+                "POST", "/v1/models/ad-auto:predict", {"instances": [[1, 2, 3, 4]] * 3}
+            )
         assert status == 200 and doc["predictions"][0] == [2.0, 4.0, 6.0, 8.0]
         assert served("ad-auto", 1, "throughput") >= 1
 
         put_version(tmp_path / "auto", 2, factor=5.0, shape=(1, 4))
         assert send("POST", "/v1/config/reload")[0] in (200, 201)
-        wait_for(lambda: 2 in app.manager.models["ad-auto"].versions
-                 and app.manager.models["ad-auto"].versions[2].available, "version 2")
+        wait_for(
+            lambda: (
+                2 in app.manager.models["ad-auto"].versions
+                and app.manager.models["ad-auto"].versions[2].available
+            ),
+            "version 2",
+        )
         assert predict_factor(send, "ad-auto") == (200, 5.0)
         newer = app.manager.models["ad-auto"].versions[2]
         both_variants(newer)
@@ -228,7 +249,8 @@ def test_auto_batch_reload_and_new_versions_adapt_too(tmp_path: Path) -> None:
 
 
 def test_each_variant_has_its_own_blob_and_a_new_instance_imports_both(
-        model_folder: Path, tmp_path: Path) -> None:
+    model_folder: Path, tmp_path: Path
+) -> None:
     version = load(model_folder, "ad-blobs")
     blobs = version.export_blobs(tmp_path / "baked")
     assert len(blobs) == 2 and blobs[0].name == f"{version.blob_key}.blob"

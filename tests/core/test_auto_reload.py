@@ -27,15 +27,21 @@ from tests.core.helpers import classifier, save_ir, write_config
 def app(tmp_path: Path) -> App:
     save_ir(models.scaler(2.0, shape=(1, 4)), tmp_path / "scaler" / "1")
     save_ir(classifier(batch=1), tmp_path / "classifier" / "1")
-    config = write_config(tmp_path / "config.json", [
-        {"name": "batch_auto", "base_path": str(tmp_path / "scaler"), "batch_size": "auto"},
-        {"name": "shape_auto", "base_path": str(tmp_path / "scaler"), "shape": "auto"},
-        {"name": "shape_map_auto", "base_path": str(tmp_path / "scaler"),
-         "shape": {"x": "auto"}},
-        {"name": "image_auto", "base_path": str(tmp_path / "classifier"), "shape": "auto"},
-        {"name": "batch_any", "base_path": str(tmp_path / "scaler"), "batch_size": -1},
-        {"name": "batch_range", "base_path": str(tmp_path / "scaler"), "batch_size": "1:8"},
-    ])
+    config = write_config(
+        tmp_path / "config.json",
+        [
+            {"name": "batch_auto", "base_path": str(tmp_path / "scaler"), "batch_size": "auto"},
+            {"name": "shape_auto", "base_path": str(tmp_path / "scaler"), "shape": "auto"},
+            {
+                "name": "shape_map_auto",
+                "base_path": str(tmp_path / "scaler"),
+                "shape": {"x": "auto"},
+            },
+            {"name": "image_auto", "base_path": str(tmp_path / "classifier"), "shape": "auto"},
+            {"name": "batch_any", "base_path": str(tmp_path / "scaler"), "batch_size": -1},
+            {"name": "batch_range", "base_path": str(tmp_path / "scaler"), "batch_size": "1:8"},
+        ],
+    )
     settings = Settings(config_path=str(config), cache_dir=str(tmp_path / "cache"))
     served = App(ModelManager.start(settings), settings)
     _baseline.clear()  # counters live for the process; each test counts from here
@@ -66,8 +72,9 @@ _baseline: dict[str, float] = {}
 def _reload_count(app: App, name: str) -> float:
     status, text = call(app, "GET", "/metrics")
     assert status == 200
-    found = re.search(rf'^ov_serverless_auto_reloads{{name="{name}",version="1"}} (\S+)$',
-                      text, re.M)
+    found = re.search(
+        rf'^ov_serverless_auto_reloads{{name="{name}",version="1"}} (\S+)$', text, re.M
+    )
     return float(found.group(1)) if found else 0.0
 
 
@@ -98,8 +105,12 @@ def test_batch_auto_reloads_for_another_batch_then_answers(app: App) -> None:
     status, doc = call(app, "GET", "/v1/models/batch_auto")
     assert [v["state"] for v in doc["model_version_status"]] == ["AVAILABLE"]
     status, text = call(app, "GET", "/metrics")
-    assert re.search(r'^ov_serverless_cold_start_seconds\{stage="auto_reload_s",'
-                     r'name="batch_auto",version="1"\} [0-9.e-]+$', text, re.M), text
+    assert re.search(
+        r'^ov_serverless_cold_start_seconds\{stage="auto_reload_s",'
+        r'name="batch_auto",version="1"\} [0-9.e-]+$',
+        text,
+        re.M,
+    ), text
     predict(app, "batch_auto", rows(3, seed=1))  # same batch: no reload
     assert reloads(app, "batch_auto") == 1
     status, doc = predict(app, "batch_auto", rows(1))  # back to one: reloads again
@@ -240,20 +251,21 @@ def test_status_says_a_reload_is_under_way(app: App) -> None:
         assert version["state"] == "AVAILABLE"
         seen.add(version["status"]["error_message"])
     thread.join()
-    assert ("Reloading for input (2,3,224,224) (auto); this version serves meanwhile"
-            in seen), seen
+    assert "Reloading for input (2,3,224,224) (auto); this version serves meanwhile" in seen, seen
     _, doc = call(app, "GET", "/v1/models/image_auto")
-    assert doc["model_version_status"][0]["status"] == {"error_code": "OK",
-                                                        "error_message": "OK"}
+    assert doc["model_version_status"][0]["status"] == {"error_code": "OK", "error_message": "OK"}
 
 
 def test_auto_logs_ovms_deprecation_warning_once(caplog: pytest.LogCaptureFixture) -> None:
     from core.config import notices, parse_config
 
     notices._noticed.clear()
-    doc = {"model_config_list": [
-        {"config": {"name": "b", "base_path": "/m/b", "batch_size": "auto"}},
-        {"config": {"name": "s", "base_path": "/m/s", "shape": {"x": "auto"}}}]}
+    doc = {
+        "model_config_list": [
+            {"config": {"name": "b", "base_path": "/m/b", "batch_size": "auto"}},
+            {"config": {"name": "s", "base_path": "/m/s", "shape": {"x": "auto"}}},
+        ]
+    }
     with caplog.at_level(logging.WARNING, logger="ov_serverless.config"):
         for _ in range(2):  # a reload parses the file again
             parse_config(json.dumps(doc).encode())
@@ -261,16 +273,22 @@ def test_auto_logs_ovms_deprecation_warning_once(caplog: pytest.LogCaptureFixtur
     assert caplog.text.count("Shape auto is deprecated. Use model dynamic shapes") == 1
 
 
-@pytest.mark.parametrize("auto", [{"batch_size": "auto"}, {"shape": "auto"},
-                                  {"shape": {"x": "auto"}}])
+@pytest.mark.parametrize(
+    "auto", [{"batch_size": "auto"}, {"shape": "auto"}, {"shape": {"x": "auto"}}]
+)
 def test_a_stateful_model_cannot_be_auto(auto: dict[str, Any]) -> None:
     from core.config import parse_config
     from core.errors import ConfigError
 
-    doc = {"model_config_list": [{"config": {"name": "s", "base_path": "/m/s", "stateful": True,
-                                             **auto}}]}
-    with pytest.raises(ConfigError, match="Dynamic shape and dynamic batch size are not "
-                                          "supported for stateful models"):
+    doc = {
+        "model_config_list": [
+            {"config": {"name": "s", "base_path": "/m/s", "stateful": True, **auto}}
+        ]
+    }
+    with pytest.raises(
+        ConfigError,
+        match="Dynamic shape and dynamic batch size are not supported for stateful models",
+    ):
         parse_config(json.dumps(doc).encode())
 
 
@@ -278,8 +296,21 @@ def test_dynamic_batching_with_auto_is_refused() -> None:
     from core.config import parse_config
     from core.errors import ConfigError
 
-    doc = {"model_config_list": [{"config": {"name": "d", "base_path": "/m/d",
-                                             "batch_size": "auto", "dynamic_batching": {}}}]}
-    with pytest.raises(ConfigError, match=r"dynamic_batching: needs a dynamic batch dimension; "
-                                          r"use batch_size -1 \(or a range\), not auto"):
+    doc = {
+        "model_config_list": [
+            {
+                "config": {
+                    "name": "d",
+                    "base_path": "/m/d",
+                    "batch_size": "auto",
+                    "dynamic_batching": {},
+                }
+            }
+        ]
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"dynamic_batching: needs a dynamic batch dimension; "
+        r"use batch_size -1 \(or a range\), not auto",
+    ):
         parse_config(json.dumps(doc).encode())

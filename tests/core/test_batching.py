@@ -26,15 +26,27 @@ WINDOW = {"max_batch_size": 4, "window_us": 200_000}  # wide: the threads surely
 
 def _app(tmp_path: Path, name: str, shape: tuple[int, ...], batching: object) -> App:
     save_ir(scaler(2.0, shape), tmp_path / name / "1")
-    config = write_config(tmp_path / "config.json", [
-        {"name": name, "base_path": str(tmp_path / name), "dynamic_batching": batching}])
+    config = write_config(
+        tmp_path / "config.json",
+        [{"name": name, "base_path": str(tmp_path / name), "dynamic_batching": batching}],
+    )
     settings = Settings(config_path=str(config), concurrent=True)
     return App(ModelManager.start(settings), settings)
 
 
 def _predict(app: App, name: str, x: np.ndarray) -> tuple[int, object]:
-    body = orjson.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
-                                     "data": x.reshape(-1).tolist()}]})
+    body = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "data": x.reshape(-1).tolist(),
+                }
+            ]
+        }
+    )
     response = app.handle(make_request("POST", f"/v2/models/{name}/infer", body))
     return response.status, json.loads(response.body)
 
@@ -62,12 +74,13 @@ def _rows(doc: object) -> np.ndarray:
 
 def _batches(name: str) -> tuple[float, float]:
     text = metrics.exposition()[0].decode()
-    return (metric_value(text, "ov_serverless_batch_size_count", name=name, version="1"),
-            metric_value(text, "ov_serverless_batch_size_sum", name=name, version="1"))
+    return (
+        metric_value(text, "ov_serverless_batch_size_count", name=name, version="1"),
+        metric_value(text, "ov_serverless_batch_size_sum", name=name, version="1"),
+    )
 
 
-def test_concurrent_requests_share_one_inference_and_get_their_own_rows(tmp_path: Path
-                                                                         ) -> None:
+def test_concurrent_requests_share_one_inference_and_get_their_own_rows(tmp_path: Path) -> None:
     app = _app(tmp_path, "batched", (-1, 4), WINDOW)
     inputs = [np.full((1, 4), i, np.float32) for i in range(4)]
     results = _at_once(app, "batched", inputs)
@@ -102,8 +115,7 @@ def test_a_request_bigger_than_max_batch_size_runs_alone(tmp_path: Path) -> None
     assert status == 200, doc
     np.testing.assert_array_equal(_rows(doc), x * 2)
     text = metrics.exposition()[0].decode()  # its wait for an InferRequest is still counted
-    assert metric_value(text, "ovms_wait_for_infer_req_time_us_count", name="big",
-                        version="1") == 1
+    assert metric_value(text, "ovms_wait_for_infer_req_time_us_count", name="big", version="1") == 1
 
 
 def test_bad_input_is_still_rejected_per_request(tmp_path: Path) -> None:
@@ -132,39 +144,53 @@ def test_retiring_a_batched_version_stops_its_threads(tmp_path: Path) -> None:
     assert not any(t.name.startswith("batcher-retired") for t in threading.enumerate())
 
 
-@pytest.mark.parametrize("value,message", [
-    ({"max_batch_size": 1}, "max_batch_size"),
-    ({"window_us": -5}, "window_us"),
-    ({"max_batch": 4}, "max_batch"),
-    ([4], "dynamic_batching"),
-])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ({"max_batch_size": 1}, "max_batch_size"),
+        ({"window_us": -5}, "window_us"),
+        ({"max_batch": 4}, "max_batch"),
+        ([4], "dynamic_batching"),
+    ],
+)
 def test_bad_batching_config_is_a_config_error(value: object, message: str) -> None:
-    doc = {"model_config_list": [{"config": {"name": "m", "base_path": "/m",
-                                             "dynamic_batching": value}}]}
+    doc = {
+        "model_config_list": [
+            {"config": {"name": "m", "base_path": "/m", "dynamic_batching": value}}
+        ]
+    }
     with pytest.raises(ConfigError, match=message):
         parse_config(json.dumps(doc).encode())
 
 
 def test_batching_config_from_file_and_env() -> None:
-    doc = {"model_config_list": [{"config": {"name": "m", "base_path": "/m",
-                                             "dynamic_batching": {"max_batch_size": 16}}}]}
+    doc = {
+        "model_config_list": [
+            {"config": {"name": "m", "base_path": "/m", "dynamic_batching": {"max_batch_size": 16}}}
+        ]
+    }
     (model,) = parse_config(json.dumps(doc).encode()).models
     assert model.dynamic_batching == BatchingConfig(16, 2000)
-    settings = Settings.from_env({"OVS_MODEL_PATH": "/m", "OVS_DYNAMIC_BATCHING":
-                                  '{"max_batch_size": 4, "window_us": 500}'})
+    settings = Settings.from_env(
+        {"OVS_MODEL_PATH": "/m", "OVS_DYNAMIC_BATCHING": '{"max_batch_size": 4, "window_us": 500}'}
+    )
     (model,) = settings.server_config().models
     assert model.dynamic_batching == BatchingConfig(4, 500)
 
 
 def test_stateful_models_cannot_be_batched() -> None:
-    doc = {"model_config_list": [{"config": {"name": "m", "base_path": "/m", "stateful": True,
-                                             "dynamic_batching": {}}}]}
+    doc = {
+        "model_config_list": [
+            {"config": {"name": "m", "base_path": "/m", "stateful": True, "dynamic_batching": {}}}
+        ]
+    }
     with pytest.raises(ConfigError, match="stateful"):
         parse_config(json.dumps(doc).encode())
 
 
-def test_a_model_whose_rows_do_not_map_to_outputs_fails_every_caller_clearly(tmp_path: Path
-                                                                             ) -> None:
+def test_a_model_whose_rows_do_not_map_to_outputs_fails_every_caller_clearly(
+    tmp_path: Path,
+) -> None:
     """[-1,4] -> flattened [-1]: dim 0 is dynamic but is not the batch; stacking two requests
     cannot be split back, so both callers get the reason instead of someone else's rows."""
     from openvino import Model
@@ -175,8 +201,10 @@ def test_a_model_whose_rows_do_not_map_to_outputs_fails_every_caller_clearly(tmp
     y = ops.reshape(x, ops.constant(np.array([-1], np.int64)), special_zero=False)
     y.output(0).set_names({"y"})
     save_ir(Model([y], [x], "flat"), tmp_path / "flat" / "1")
-    config = write_config(tmp_path / "config.json", [
-        {"name": "flat", "base_path": str(tmp_path / "flat"), "dynamic_batching": WINDOW}])
+    config = write_config(
+        tmp_path / "config.json",
+        [{"name": "flat", "base_path": str(tmp_path / "flat"), "dynamic_batching": WINDOW}],
+    )
     settings = Settings(config_path=str(config), concurrent=True)
     app = App(ModelManager.start(settings), settings)
     results = _at_once(app, "flat", [np.ones((1, 4), np.float32)] * 2)
@@ -190,15 +218,24 @@ def test_a_model_whose_rows_do_not_map_to_outputs_fails_every_caller_clearly(tmp
 def test_batching_flag_of_the_cli(tmp_path: Path) -> None:
     from handlers import cli
 
-    args = cli._parser().parse_args([
-        "invoke", "GET", "/v1/config", "--model_name", "m", "--model_path", str(tmp_path),
-        "--dynamic_batching", '{"max_batch_size": 4, "window_us": 0}'])
+    args = cli._parser().parse_args(
+        [
+            "invoke",
+            "GET",
+            "/v1/config",
+            "--model_name",
+            "m",
+            "--model_path",
+            str(tmp_path),
+            "--dynamic_batching",
+            '{"max_batch_size": 4, "window_us": 0}',
+        ]
+    )
     (model,) = cli._settings(args).server_config().models
     assert model.dynamic_batching == BatchingConfig(4, 0)
 
 
-def test_string_requests_of_different_lengths_batch_and_get_their_own_rows(tmp_path: Path
-                                                                           ) -> None:
+def test_string_requests_of_different_lengths_batch_and_get_their_own_rows(tmp_path: Path) -> None:
     """String inputs of different element lengths are one batch (their numpy bytes dtypes
     differ only in width), and each caller gets its own strings back."""
     from openvino import Model, Type
@@ -209,8 +246,10 @@ def test_string_requests_of_different_lengths_batch_and_get_their_own_rows(tmp_p
     twice = ops.concat([text, text], 1)
     twice.output(0).set_names({"twice"})
     save_ir(Model([twice], [text], "twice"), tmp_path / "twice" / "1")
-    config = write_config(tmp_path / "config.json", [
-        {"name": "twice", "base_path": str(tmp_path / "twice"), "dynamic_batching": WINDOW}])
+    config = write_config(
+        tmp_path / "config.json",
+        [{"name": "twice", "base_path": str(tmp_path / "twice"), "dynamic_batching": WINDOW}],
+    )
     settings = Settings(config_path=str(config), concurrent=True)
     app = App(ModelManager.start(settings), settings)
     words = ["a", "bcd", "efghij", "k" * 40]
@@ -218,8 +257,13 @@ def test_string_requests_of_different_lengths_batch_and_get_their_own_rows(tmp_p
     start = threading.Barrier(len(words))
 
     def send(index: int) -> None:
-        body = orjson.dumps({"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES",
-                                         "data": [words[index]]}]})
+        body = orjson.dumps(
+            {
+                "inputs": [
+                    {"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [words[index]]}
+                ]
+            }
+        )
         start.wait()
         response = app.handle(make_request("POST", "/v2/models/twice/infer", body))
         results[index] = (response.status, json.loads(response.body))

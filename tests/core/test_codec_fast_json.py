@@ -21,19 +21,27 @@ from core.tensors.spec import TensorSpec
 
 pytest.importorskip("simdjson")
 
-PROPERTY = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow,
-                                           HealthCheck.function_scoped_fixture])
-SPECS = {name: {"x": TensorSpec("x", dtypes.BY_KSERVE[name], (ANY,) * 2)}
-         for name in ("FP32", "FP16", "FP64", "INT32", "INT64", "UINT8", "UINT64")}
-numbers = (st.integers(-(2**65), 2**65) | st.floats(allow_nan=False, allow_infinity=False)
-           | st.floats(-1e3, 1e3, width=32) | st.sampled_from([0, -0.0, 2**53 + 1, 1e300]))
+PROPERTY = settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+SPECS = {
+    name: {"x": TensorSpec("x", dtypes.BY_KSERVE[name], (ANY,) * 2)}
+    for name in ("FP32", "FP16", "FP64", "INT32", "INT64", "UINT8", "UINT64")
+}
+numbers = (
+    st.integers(-(2**65), 2**65)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats(-1e3, 1e3, width=32)
+    | st.sampled_from([0, -0.0, 2**53 + 1, 1e300])
+)
 leaves = numbers | st.sampled_from([True, None, "a", [], {"b64": "AA=="}])
 rows = st.lists(numbers, min_size=1, max_size=4)
-regular = st.integers(1, 4).flatmap(lambda n: st.lists(
-    st.lists(numbers, min_size=n, max_size=n), min_size=1, max_size=4))
-anything = st.recursive(leaves, lambda kids: st.lists(kids, min_size=1, max_size=4),
-                        max_leaves=12)
+regular = st.integers(1, 4).flatmap(
+    lambda n: st.lists(st.lists(numbers, min_size=n, max_size=n), min_size=1, max_size=4)
+)
+anything = st.recursive(leaves, lambda kids: st.lists(kids, min_size=1, max_size=4), max_leaves=12)
 values = regular | st.lists(rows, min_size=1, max_size=3) | anything
 
 
@@ -60,6 +68,7 @@ def same(fast: Any, slow: Any) -> None:
 @pytest.fixture
 def both(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Runs a decode with the fast path forced on (any size) and with simdjson absent."""
+
     def run(decode: Any) -> tuple[Any, Any]:
         monkeypatch.setattr(common, "FAST_MIN_BYTES", 0)
         fast = outcome(decode)
@@ -67,12 +76,16 @@ def both(monkeypatch: pytest.MonkeyPatch) -> Any:
         slow = outcome(decode)
         monkeypatch.undo()
         return fast, slow
+
     return run
 
 
 @PROPERTY
-@given(value=values, key=st.sampled_from(["instances", "inputs", "named"]),
-       dtype=st.sampled_from(sorted(SPECS)))
+@given(
+    value=values,
+    key=st.sampled_from(["instances", "inputs", "named"]),
+    dtype=st.sampled_from(sorted(SPECS)),
+)
 def test_tfs_fast_equals_exact(both: Any, value: Any, key: str, dtype: str) -> None:
     doc = {"inputs": {"x": value}} if key == "named" else {key: value}
     body = json.dumps(doc).encode()
@@ -88,10 +101,13 @@ def test_kserve_fast_equals_exact(both: Any, value: Any, dtype: str, flat: bool)
     except (ValueError, TypeError):
         shape = [1]
     data = np.asarray(value).reshape(-1).tolist() if flat and shape != [1] else value
-    body = json.dumps({"id": "[x]", "inputs": [{"name": "x", "shape": shape or [1],
-                                                   "datatype": dtype, "data": data}],
-                         "outputs": [{"name": "y", "parameters": {"binary_data": True}}]}
-                      ).encode()
+    body = json.dumps(
+        {
+            "id": "[x]",
+            "inputs": [{"name": "x", "shape": shape or [1], "datatype": dtype, "data": data}],
+            "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
 
     def decode() -> dict[str, np.ndarray]:
         request = kserve_rest.decode(body, None, SPECS[dtype])
@@ -123,17 +139,22 @@ def test_array_hidden_where_a_number_belongs_is_refused_exactly() -> None:
         tfs_rest.decode(body, spec)
 
 
-TWO = {name: {key: TensorSpec(key, dtypes.BY_KSERVE[name], (ANY,) * 3) for key in ("x", "y")}
-       for name in SPECS}
+TWO = {
+    name: {key: TensorSpec(key, dtypes.BY_KSERVE[name], (ANY,) * 3) for key in ("x", "y")}
+    for name in SPECS
+}
 named_rows = st.lists(st.fixed_dictionaries({"x": values, "y": regular}), min_size=1, max_size=3)
 
 
 @PROPERTY
-@given(instances=named_rows | st.lists(st.fixed_dictionaries({"x": regular}), min_size=1,
-                                       max_size=3),
-       dtype=st.sampled_from(sorted(SPECS)), swap=st.booleans())
-def test_tfs_named_rows_fast_equals_exact(both: Any, instances: list[dict[str, Any]],
-                                          dtype: str, swap: bool) -> None:
+@given(
+    instances=named_rows | st.lists(st.fixed_dictionaries({"x": regular}), min_size=1, max_size=3),
+    dtype=st.sampled_from(sorted(SPECS)),
+    swap=st.booleans(),
+)
+def test_tfs_named_rows_fast_equals_exact(
+    both: Any, instances: list[dict[str, Any]], dtype: str, swap: bool
+) -> None:
     """Rows naming their inputs: stacked by the fast path exactly as the exact path does,
     or the same error (ragged, mixed shapes, names in another order, any dtype)."""
     if swap and len(instances) > 1 and "y" in instances[-1]:

@@ -33,9 +33,11 @@ from tests.core.helpers import save_ir, write_config
 
 pytest.importorskip("simdjson")
 
-PROPERTY = settings(max_examples=250, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow,
-                                           HealthCheck.function_scoped_fixture])
+PROPERTY = settings(
+    max_examples=250,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 MODELS = {"scaler": "FP32", "ints": "INT32", "u64": "UINT64", "i8": "INT8"}
 PAD = common.FAST_MIN_BYTES + 64
 # Text that is not JSON is read by orjson on both sides; its message says where and what it
@@ -74,8 +76,9 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> App:
     for name, datatype in MODELS.items():
         if name != "scaler":
             save_ir(_identity(dtypes.BY_KSERVE[datatype].numpy, name), root / name / "1")
-    write_config(root / "config.json", [{"name": n, "base_path": n}
-                                        for n in [*MODELS, "two_inputs"]])
+    write_config(
+        root / "config.json", [{"name": n, "base_path": n} for n in [*MODELS, "two_inputs"]]
+    )
     settings = Settings(config_path=str(root / "config.json"), cache_dir=str(root / "cache"))
     return App(ModelManager.start(settings), settings)
 
@@ -84,23 +87,33 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> App:
 
 texts = st.text(st.characters(codec="utf-8"), max_size=6)  # NUL, controls, astral, all
 keys = texts | st.sampled_from(["inputs", "instances", "data", "name", "b64", "x", "a"])
-limits = [v for dt in ("INT8", "INT32", "INT64", "UINT8", "UINT64")
-          for info in [np.iinfo(dtypes.BY_KSERVE[dt].numpy)]
-          for v in (int(info.min), int(info.max), int(info.min) - 1, int(info.max) + 1)]
-numbers = (st.integers(-(2**70), 2**70) | st.sampled_from(limits)
-           | st.floats(allow_nan=False, allow_infinity=False)
-           | st.sampled_from([0.5, -0.0, 1e308, 5e-324, 3.5e38, 2.0**53 + 2, 1.0]))
+limits = [
+    v
+    for dt in ("INT8", "INT32", "INT64", "UINT8", "UINT64")
+    for info in [np.iinfo(dtypes.BY_KSERVE[dt].numpy)]
+    for v in (int(info.min), int(info.max), int(info.min) - 1, int(info.max) + 1)
+]
+numbers = (
+    st.integers(-(2**70), 2**70)
+    | st.sampled_from(limits)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([0.5, -0.0, 1e308, 5e-324, 3.5e38, 2.0**53 + 2, 1.0])
+)
 scalars = st.none() | st.booleans() | numbers | texts
-any_json = st.recursive(scalars, lambda kids: st.lists(kids, max_size=4)
-                        | st.dictionaries(keys, kids, max_size=3), max_leaves=10)
+any_json = st.recursive(
+    scalars,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(keys, kids, max_size=3),
+    max_leaves=10,
+)
 
 
 @st.composite
 def rows(draw: st.DrawFn) -> list[list[Any]]:
     """n rows of 4 numbers: mostly servable, sometimes with one odd value."""
     count = draw(st.integers(1, 3))
-    values = draw(st.lists(st.lists(numbers, min_size=4, max_size=4), min_size=count,
-                           max_size=count))
+    values = draw(
+        st.lists(st.lists(numbers, min_size=4, max_size=4), min_size=count, max_size=count)
+    )
     if draw(st.booleans()):
         values = [[int(v) % 100 if isinstance(v, int) else 1.0 for v in row] for row in values]
     return values
@@ -129,11 +142,13 @@ def kserve_tensor(draw: st.DrawFn, name: str, datatype: str, messy: bool) -> dic
     data = draw(rows())
     flat = draw(st.booleans())
     doc = {
-        "name": draw(pick(st.just(name) | st.sampled_from(["x", "a", "b", "q"])
-                          if messy else st.just(name))),
+        "name": draw(
+            pick(st.just(name) | st.sampled_from(["x", "a", "b", "q"]) if messy else st.just(name))
+        ),
         "shape": draw(pick(st.just([len(data), 4]))),
-        "datatype": draw(pick(st.just(datatype) | st.sampled_from(DATATYPES)
-                              if messy else st.just(datatype))),
+        "datatype": draw(
+            pick(st.just(datatype) | st.sampled_from(DATATYPES) if messy else st.just(datatype))
+        ),
         "data": draw(pick(st.just([v for r in data for v in r] if flat else data))),
     }
     if draw(st.booleans()):
@@ -147,28 +162,49 @@ def kserve_docs(draw: st.DrawFn, model: str) -> dict[str, Any]:
     messy = draw(st.booleans())
     pick = field if messy else exact
     datatype = MODELS.get(model, "FP32")
-    inputs = st.tuples(*[kserve_tensor(n, datatype, messy)
-                         for n in INPUTS.get(model, ["x"])]).map(list)
+    inputs = st.tuples(*[kserve_tensor(n, datatype, messy) for n in INPUTS.get(model, ["x"])]).map(
+        list
+    )
     if messy:
         inputs |= st.lists(kserve_tensor("x", datatype, messy), min_size=1, max_size=2)
-    return draw(st.fixed_dictionaries(
-        {"inputs": pick(inputs)},
-        optional={"id": pick(texts), "parameters": params if messy else good_params,
-                  "outputs": pick(st.lists(st.fixed_dictionaries(
-                      {"name": pick(st.sampled_from(["y", "sum", "product", "nope"]))},
-                      optional={"parameters": params if messy else good_params}),
-                      max_size=2)),
-                  "\u0000": any_json, "k\u0000\u001f": any_json}))
+    return draw(
+        st.fixed_dictionaries(
+            {"inputs": pick(inputs)},
+            optional={
+                "id": pick(texts),
+                "parameters": params if messy else good_params,
+                "outputs": pick(
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {"name": pick(st.sampled_from(["y", "sum", "product", "nope"]))},
+                            optional={"parameters": params if messy else good_params},
+                        ),
+                        max_size=2,
+                    )
+                ),
+                "\u0000": any_json,
+                "k\u0000\u001f": any_json,
+            },
+        )
+    )
 
 
 tfs_docs = st.one_of(
     st.fixed_dictionaries({"instances": field(rows())}),
     st.fixed_dictionaries({"inputs": field(rows())}),
-    st.fixed_dictionaries({"inputs": st.dictionaries(
-        st.sampled_from(["x", "a", "b"]) | keys, field(rows()), min_size=1, max_size=2)}),
+    st.fixed_dictionaries(
+        {
+            "inputs": st.dictionaries(
+                st.sampled_from(["x", "a", "b"]) | keys, field(rows()), min_size=1, max_size=2
+            )
+        }
+    ),
     st.dictionaries(keys, any_json, max_size=3),
-).flatmap(lambda doc: st.fixed_dictionaries({}, optional={
-    "signature_name": field(texts), "x\u0000": any_json}).map(lambda extra: {**doc, **extra}))
+).flatmap(
+    lambda doc: st.fixed_dictionaries(
+        {}, optional={"signature_name": field(texts), "x\u0000": any_json}
+    ).map(lambda extra: {**doc, **extra})
+)
 
 
 # -- the property ------------------------------------------------------------------------------
@@ -191,8 +227,10 @@ def same_answer(app: App, path: str, body: bytes, how: str) -> None:
     assert len(padded(body, how)) >= common.FAST_MIN_BYTES
     assert small.status != 500, small.body
     assert big.status != 500, big.body
-    assert (big.status, _SYNTAX.sub(rb"\1", big.body)) == \
-        (small.status, _SYNTAX.sub(rb"\1", small.body)), (body, how)
+    assert (big.status, _SYNTAX.sub(rb"\1", big.body)) == (
+        small.status,
+        _SYNTAX.sub(rb"\1", small.body),
+    ), (body, how)
 
 
 def dumped(doc: Any, ascii_only: bool) -> bytes:
@@ -203,19 +241,26 @@ HOW = st.sampled_from(["before", "after", "member"])
 
 
 @PROPERTY
-@given(model=st.sampled_from([*MODELS, "two_inputs"]), data=st.data(), how=HOW,
-       ascii_only=st.booleans())
-def test_kserve_answers_alike_at_any_size(app: App, model: str, data: st.DataObject, how: str,
-                                          ascii_only: bool) -> None:
+@given(
+    model=st.sampled_from([*MODELS, "two_inputs"]),
+    data=st.data(),
+    how=HOW,
+    ascii_only=st.booleans(),
+)
+def test_kserve_answers_alike_at_any_size(
+    app: App, model: str, data: st.DataObject, how: str, ascii_only: bool
+) -> None:
     doc = data.draw(kserve_docs(model), label="doc")
     same_answer(app, f"/v2/models/{model}/infer", dumped(doc, ascii_only), how)
 
 
 @PROPERTY
-@given(doc=tfs_docs, model=st.sampled_from([*MODELS, "two_inputs"]), how=HOW,
-       ascii_only=st.booleans())
-def test_tfs_answers_alike_at_any_size(app: App, doc: dict[str, Any], model: str, how: str,
-                                       ascii_only: bool) -> None:
+@given(
+    doc=tfs_docs, model=st.sampled_from([*MODELS, "two_inputs"]), how=HOW, ascii_only=st.booleans()
+)
+def test_tfs_answers_alike_at_any_size(
+    app: App, doc: dict[str, Any], model: str, how: str, ascii_only: bool
+) -> None:
     same_answer(app, f"/v1/models/{model}:predict", dumped(doc, ascii_only), how)
 
 
@@ -228,12 +273,21 @@ def test_any_bytes_answer_alike_at_any_size(app: App, body: bytes, how: str, tfs
 
 def test_the_padding_reaches_the_fast_path(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     """A padded numeric body is decoded by simdjson, not orjson (the property compares both)."""
-    body = padded(json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
-                                          "data": [1.0, 2.0, 3.0, 4.0]}]}).encode(), "member")
+    body = padded(
+        json.dumps(
+            {
+                "inputs": [
+                    {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}
+                ]
+            }
+        ).encode(),
+        "member",
+    )
     monkeypatch.setattr("core.codecs.kserve_rest.loads", None)  # the exact path would fail
     got = answer(app, "/v2/models/scaler/infer", body)
     assert got.status == 200 and json.loads(got.body)["outputs"][0]["data"] == [3, 6, 9, 12]
     monkeypatch.setattr("core.codecs.tfs_rest.loads", None)
-    got = answer(app, "/v1/models/scaler:predict", padded(b'{"instances": [[1.0, 2.0, 3.0, 4.0]]}',
-                                                          "after"))
+    got = answer(
+        app, "/v1/models/scaler:predict", padded(b'{"instances": [[1.0, 2.0, 3.0, 4.0]]}', "after")
+    )
     assert got.status == 200 and json.loads(got.body) == {"predictions": [[3, 6, 9, 12]]}

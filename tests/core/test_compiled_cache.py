@@ -61,7 +61,8 @@ def test_concurrent_host_writes_a_blob_the_next_instance_imports(tmp_path: Path)
 
 
 def test_export_waits_for_the_first_request_or_an_idle_spell(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A cold start's first answer does not share the CPU with the export."""
     save(scaler(3.0), tmp_path / "m" / "1")
     compiled_cache.configure(True)
@@ -76,7 +77,8 @@ def test_export_waits_for_the_first_request_or_an_idle_spell(
 
 
 def test_a_version_retired_before_its_export_writes_no_blob(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Its export thread ends at the retirement, and with it the last hold on the model."""
     save(scaler(3.0), tmp_path / "m" / "1")
     compiled_cache.configure(True)
@@ -146,8 +148,10 @@ def test_key_follows_model_files_settings_and_options(tmp_path: Path) -> None:
     base = version(folder, tmp_path / "c").blob_key
     assert version(folder, tmp_path / "c", nireq=3).blob_key == base  # not a compile input
     assert version(folder, tmp_path / "c", shape="(3,4)").blob_key != base
-    assert version(folder, tmp_path / "c",
-                   plugin_config={"PERFORMANCE_HINT": "THROUGHPUT"}).blob_key != base
+    assert (
+        version(folder, tmp_path / "c", plugin_config={"PERFORMANCE_HINT": "THROUGHPUT"}).blob_key
+        != base
+    )
     save(scaler(7.0), folder)  # same topology, other weights
     assert version(folder, tmp_path / "c").blob_key != base
 
@@ -169,24 +173,31 @@ def test_settings_concurrent_and_blob_folders_from_env() -> None:
     assert Settings.from_env({"OVS_COMPILED_CACHE": "/a:/b"}).compiled_cache == ("/a", "/b")
 
 
-@pytest.mark.parametrize(("env", "export"), [
-    ({"OVS_CONCURRENT": "1"}, True),
-    ({"OVS_CONCURRENT": "1", "K_SERVICE": "svc"}, False),  # Cloud Run: its disk is memory
-    ({"OVS_CONCURRENT": "1", "K_SERVICE": "svc", "OVS_EXPORT_BLOBS": "1"}, True),
-    ({"OVS_EXPORT_BLOBS": "0", "OVS_CONCURRENT": "1"}, False),
-])
+@pytest.mark.parametrize(
+    ("env", "export"),
+    [
+        ({"OVS_CONCURRENT": "1"}, True),
+        ({"OVS_CONCURRENT": "1", "K_SERVICE": "svc"}, False),  # Cloud Run: its disk is memory
+        ({"OVS_CONCURRENT": "1", "K_SERVICE": "svc", "OVS_EXPORT_BLOBS": "1"}, True),
+        ({"OVS_EXPORT_BLOBS": "0", "OVS_CONCURRENT": "1"}, False),
+    ],
+)
 def test_which_hosts_write_blobs(tmp_path: Path, env: dict[str, str], export: bool) -> None:
     from core.serving.registry import ModelManager
 
     save(scaler(3.0), tmp_path / "m" / "1")
-    settings = Settings.from_env({**env, "OVS_MODEL_NAME": "m",
-                                  "OVS_MODEL_PATH": str(tmp_path / "m"),
-                                  "OVS_CACHE_DIR": str(tmp_path / "cache")})
+    settings = Settings.from_env(
+        {
+            **env,
+            "OVS_MODEL_NAME": "m",
+            "OVS_MODEL_PATH": str(tmp_path / "m"),
+            "OVS_CACHE_DIR": str(tmp_path / "cache"),
+        }
+    )
     before = set(threading.enumerate())
     manager = ModelManager.start(settings)
     try:
-        exports = [t for t in set(threading.enumerate()) - before
-                   if t.name.startswith("export-")]
+        exports = [t for t in set(threading.enumerate()) - before if t.name.startswith("export-")]
         assert len(exports) == int(export)
         run(manager.models["m"].versions[1])
         if export:

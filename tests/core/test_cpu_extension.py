@@ -27,9 +27,23 @@ def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheel = Path(ov.__file__).parent
     (core_library,) = (wheel / "libs").glob("libopenvino.so.*")
     out = tmp_path_factory.mktemp("extension") / "libadd_one.so"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{wheel / 'include'}",
-                    str(SOURCE), "-o", str(out), str(core_library),
-                    f"-Wl,-rpath,{core_library.parent}"], check=True, timeout=300)
+    subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            f"-I{wheel / 'include'}",
+            str(SOURCE),
+            "-o",
+            str(out),
+            str(core_library),
+            f"-Wl,-rpath,{core_library.parent}",
+        ],
+        check=True,
+        timeout=300,
+    )
     return out
 
 
@@ -43,28 +57,49 @@ def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ov.save_model(ov.Model([ops.result(ops.relu(x))], [x], "custom"), xml)
     text = xml.read_text()
     assert text.count('type="ReLU" version="opset1"') == 1
-    xml.write_text(text.replace('type="ReLU" version="opset1"',
-                                'type="AddOne" version="extension"'))
+    xml.write_text(
+        text.replace('type="ReLU" version="opset1"', 'type="AddOne" version="extension"')
+    )
     return root
 
 
 def _invoke(model_path: Path, tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     """`ov-serverless invoke` in a fresh process: an extension stays in the process's Core."""
-    return subprocess.run([console_script(), "invoke", "POST", PREDICT, "--data", BODY,
-                           "--model_name", "custom", "--model_path", str(model_path),
-                           "--cache_dir", str(tmp_path), "--log_level", "ERROR", *flags],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            console_script(),
+            "invoke",
+            "POST",
+            PREDICT,
+            "--data",
+            BODY,
+            "--model_name",
+            "custom",
+            "--model_path",
+            str(model_path),
+            "--cache_dir",
+            str(tmp_path),
+            "--log_level",
+            "ERROR",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_model_with_a_custom_op_is_served_with_its_extension(
-        library: Path, model_path: Path, tmp_path: Path) -> None:
+    library: Path, model_path: Path, tmp_path: Path
+) -> None:
     done = _invoke(model_path, tmp_path, "--cpu_extension", str(library))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"predictions": [[2.0, 3.0, 4.0, -3.0]]}
     done = _invoke(model_path, tmp_path)  # without it the IR names an unknown op
     assert done.returncode == 1
     assert json.loads(done.stdout) == {
-        "error": "Model with requested version is not loaded yet - name: custom"}
+        "error": "Model with requested version is not loaded yet - name: custom"
+    }
     assert "Cannot create AddOne layer" in done.stderr  # the load error, logged
 
 
@@ -73,7 +108,8 @@ def test_a_missing_or_broken_library_is_a_usage_error(model_path: Path, tmp_path
     assert done.returncode == 64
     assert done.stderr.strip() == (
         "ov-serverless: File path provided as an --cpu_extension parameter does not exist in "
-        f"the filesystem: {tmp_path / 'nothing.so'}")
+        f"the filesystem: {tmp_path / 'nothing.so'}"
+    )
     (tmp_path / "junk.so").write_text("not a library")
     done = _invoke(model_path, tmp_path, "--cpu_extension", str(tmp_path / "junk.so"))
     assert done.returncode == 64
@@ -81,12 +117,16 @@ def test_a_missing_or_broken_library_is_a_usage_error(model_path: Path, tmp_path
 
 
 def test_serverless_hosts_take_it_from_the_environment(
-        library: Path, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-        ) -> None:
+    library: Path, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import core.api
 
-    for key, value in {"OVS_MODEL_NAME": "custom", "OVS_MODEL_PATH": str(model_path),
-                       "OVS_CACHE_DIR": str(tmp_path), "OVS_CPU_EXTENSION": str(library)}.items():
+    for key, value in {
+        "OVS_MODEL_NAME": "custom",
+        "OVS_MODEL_PATH": str(model_path),
+        "OVS_CACHE_DIR": str(tmp_path),
+        "OVS_CPU_EXTENSION": str(library),
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("OVS_CONFIG_PATH", raising=False)
     monkeypatch.setattr(core.api, "_default_app", None)

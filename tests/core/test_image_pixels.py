@@ -47,13 +47,15 @@ def echo(shape: list[int], element: ov.Type) -> ov.Model:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory,
-           server_factory: Callable[..., RunningServer]) -> RunningServer:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, server_factory: Callable[..., RunningServer]
+) -> RunningServer:
     root = tmp_path_factory.mktemp("echo")
     for name, (shape, element) in ECHOES.items():
         save_ir(echo(shape, element), root / name / "1")
-    config = write_config(root / "config.json",
-                          [{"name": name, "base_path": name} for name in ECHOES])
+    config = write_config(
+        root / "config.json", [{"name": name, "base_path": name} for name in ECHOES]
+    )
     return server_factory(config)
 
 
@@ -89,8 +91,9 @@ def refused(server: RunningServer, model: str, data: bytes) -> str:
 # -- resize --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["chelsea.png", "astronaut.png", "coffee.png", "rocket.jpg",
-                                  "retina.jpg"])
+@pytest.mark.parametrize(
+    "name", ["chelsea.png", "astronaut.png", "coffee.png", "rocket.jpg", "retina.jpg"]
+)
 def test_downscale_is_opencv_inter_linear(server: RunningServer, name: str) -> None:
     data = photo(name)
     got = received(server, "echo_rgb", data)
@@ -113,8 +116,11 @@ def test_upscale_is_opencv_inter_linear(server: RunningServer, name: str) -> Non
     assert np.abs(received(server, "echo_up", data) - want).max() <= 0.01
 
 
-@pytest.mark.parametrize("size", [(224, 224), (37, 913), (1, 1), (256, 256), (1025, 1536)],
-                         ids=lambda size: f"{size[0]}x{size[1]}")
+@pytest.mark.parametrize(
+    "size",
+    [(224, 224), (37, 913), (1, 1), (256, 256), (1025, 1536)],
+    ids=lambda size: f"{size[0]}x{size[1]}",
+)
 @pytest.mark.parametrize("name", ["astronaut.png", "camera.png", "rocket.jpg"])
 def test_resize_linear_matches_cv2_float_and_8_bit(name: str, size: tuple[int, int]) -> None:
     """Odd sizes, a single pixel, an exact half (OpenCV switches to INTER_AREA there: the same
@@ -148,8 +154,9 @@ def _astronaut_rgba(alpha: np.ndarray) -> bytes:
 
 def test_opaque_alpha_is_dropped(server: RunningServer) -> None:
     opaque = _astronaut_rgba(np.full((512, 512), 255, np.uint8))
-    assert np.array_equal(received(server, "echo_rgb", opaque),
-                          received(server, "echo_rgb", photo("astronaut.png")))
+    assert np.array_equal(
+        received(server, "echo_rgb", opaque), received(server, "echo_rgb", photo("astronaut.png"))
+    )
 
 
 def test_translucent_alpha_is_refused(server: RunningServer) -> None:
@@ -191,8 +198,16 @@ def test_16_bit_png_is_refused(server: RunningServer, shape: tuple[int, ...]) ->
 
 def test_channels_error_over_kserve_binary(server: RunningServer) -> None:
     payload = bytes_framing([photo("chelsea.png")])
-    doc = {"inputs": [{"name": "image", "shape": [1], "datatype": "BYTES",
-                       "parameters": {"binary_data_size": len(payload)}}]}
+    doc = {
+        "inputs": [
+            {
+                "name": "image",
+                "shape": [1],
+                "datatype": "BYTES",
+                "parameters": {"binary_data_size": len(payload)},
+            }
+        ]
+    }
     data, headers = kserve_binary_request(doc, payload)
     response = server.post("/v2/models/echo_grey/infer", data=data, headers=headers)
     assert response.status_code == 400, response.text

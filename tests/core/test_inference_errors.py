@@ -42,10 +42,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("infer-errors")
     save_ir(rows_of_three(), root / "rows" / "1")
     save_ir(rows_of_three(), root / "rows_stateful" / "1")
-    config = {"model_config_list": [
-        {"config": {"name": "rows", "base_path": str(root / "rows")}},
-        {"config": {"name": "rows_stateful", "base_path": str(root / "rows_stateful"),
-                    "stateful": True}}]}
+    config = {
+        "model_config_list": [
+            {"config": {"name": "rows", "base_path": str(root / "rows")}},
+            {
+                "config": {
+                    "name": "rows_stateful",
+                    "base_path": str(root / "rows_stateful"),
+                    "stateful": True,
+                }
+            },
+        ]
+    }
     (root / "config.json").write_text(json.dumps(config))
     running = Server.start(root / "config.json", root)
     try:
@@ -54,8 +62,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         running.stop()
 
 
-def _predict(server: Server, name: str, values: list[float], **more: list[int]
-             ) -> requests.Response:
+def _predict(
+    server: Server, name: str, values: list[float], **more: list[int]
+) -> requests.Response:
     url = f"http://127.0.0.1:{server.rest_port}/v1/models/{name}:predict"
     return requests.post(url, data=json.dumps({"inputs": {"x": values, **more}}), timeout=60)
 
@@ -70,9 +79,12 @@ def test_rest_answers_500_with_a_short_message(server: Server) -> None:
     assert reply.status_code == 500
     assert reply.json() == {"error": MESSAGE.format(name="rows")}
     kserve = requests.post(
-        f"http://127.0.0.1:{server.rest_port}/v2/models/rows/infer", timeout=60,
-        data=json.dumps({"inputs": [{"name": "x", "shape": [4], "datatype": "FP32",
-                                     "data": [1, 2, 3, 4]}]}))
+        f"http://127.0.0.1:{server.rest_port}/v2/models/rows/infer",
+        timeout=60,
+        data=json.dumps(
+            {"inputs": [{"name": "x", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+        ),
+    )
     assert kserve.status_code == 500
     assert kserve.json() == {"error": MESSAGE.format(name="rows")}
 

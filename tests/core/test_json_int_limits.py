@@ -29,8 +29,16 @@ def _limits(datatype: str) -> tuple[int, int]:
 def _decode(route: str, datatype: str, rows: list[list[Any]]) -> np.ndarray:
     spec = {"x": TensorSpec("x", dtypes.BY_KSERVE[datatype], (ANY, ANY))}
     if route == "kserve":
-        doc = {"inputs": [{"name": "x", "shape": [len(rows), len(rows[0])],
-                           "datatype": datatype, "data": rows}]}
+        doc = {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [len(rows), len(rows[0])],
+                    "datatype": datatype,
+                    "data": rows,
+                }
+            ]
+        }
         return kserve_rest.decode(json.dumps(doc).encode(), None, spec).inputs["x"]
     doc = {"instances": rows} if route == "tfs_row" else {"inputs": {"x": rows}}
     return tfs_rest.decode(json.dumps(doc).encode(), spec)[0]["x"]
@@ -59,8 +67,7 @@ def test_each_type_takes_its_limits_exactly(route: str, big: bool, datatype: str
 @ROUTES
 @SIZES
 @TYPES
-def test_limits_beside_an_integral_float_stay_exact(route: str, big: bool,
-                                                     datatype: str) -> None:
+def test_limits_beside_an_integral_float_stay_exact(route: str, big: bool, datatype: str) -> None:
     """numpy makes float64 of [max, 1.0]; float64 rounds 2**64 - 1 up to 2**64."""
     low, high = _limits(datatype)
     got = _decode(route, datatype, _body_rows([low, high, 1.0], big))
@@ -73,12 +80,16 @@ def test_limits_beside_an_integral_float_stay_exact(route: str, big: bool,
 @pytest.mark.parametrize("past", ["below", "above", "above_with_float"])
 def test_one_past_a_limit_is_a_400(route: str, big: bool, datatype: str, past: str) -> None:
     low, high = _limits(datatype)
-    row = {"below": [low - 1, high, 1], "above": [low, high + 1, 1],
-           "above_with_float": [low, high + 1, 1.0]}[past]
+    row = {
+        "below": [low - 1, high, 1],
+        "above": [low, high + 1, 1],
+        "above_with_float": [low, high + 1, 1.0],
+    }[past]
     with pytest.raises(InvalidInputError) as caught:
         _decode(route, datatype, _body_rows(row, big))
-    assert caught.value.message == \
-        f"Invalid value for input x: expected integers from {low} to {high}"
+    assert (
+        caught.value.message == f"Invalid value for input x: expected integers from {low} to {high}"
+    )
 
 
 @pytest.mark.parametrize("datatype", ["INT64", "UINT64"])

@@ -44,8 +44,10 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> App:
     save_ir(models.two_inputs(), root / "two_inputs" / "1")
     save_ir(nonfinite_model(), root / "nonfinite" / "1")
     (root / "empty").mkdir()  # no version: never available
-    write_config(root / "config.json", [{"name": n, "base_path": n} for n in
-                                        ("scaler", "two_inputs", "nonfinite", "empty")])
+    write_config(
+        root / "config.json",
+        [{"name": n, "base_path": n} for n in ("scaler", "two_inputs", "nonfinite", "empty")],
+    )
     settings = Settings(config_path=str(root / "config.json"), cache_dir=str(root / "cache"))
     return App(ModelManager.start(settings), settings)
 
@@ -89,8 +91,10 @@ def test_tfs_nul_in_an_input_name_answers_as_a_small_body(app: App, key: str) ->
     big_body = json.dumps(doc).encode() + b" " * common.FAST_MIN_BYTES
     big = call(app, "POST", "/v1/models/scaler:predict", big_body)
     assert (big.status, big.body) == (small.status, small.body)
-    assert (small.status, json.loads(small.body)) == (400, {
-        "error": f"Invalid number of inputs - Expected: 1; Actual: 2; unexpected input: {key}"})
+    assert (small.status, json.loads(small.body)) == (
+        400,
+        {"error": f"Invalid number of inputs - Expected: 1; Actual: 2; unexpected input: {key}"},
+    )
 
 
 @pytest.mark.parametrize("datatype", [{}, [], {"a": 1}, [1], None, 1, True])
@@ -98,12 +102,15 @@ def test_a_datatype_that_is_not_a_string_is_a_400(app: App, datatype: Any) -> No
     answer = both_sizes(app, {"inputs": [x_input(datatype=datatype)]})
     assert answer.status == 400
     assert json.loads(answer.body) == {
-        "error": "Invalid JSON structure. inputs[0] needs name, shape and datatype"}
+        "error": "Invalid JSON structure. inputs[0] needs name, shape and datatype"
+    }
 
 
 def test_a_repeated_key_takes_the_last_value_at_any_size(app: App) -> None:
-    body = (b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "INT8", "datatype": "FP32",'
-            b' "data": [1, 2, 3, 4]}], "pad": "' + PAD.encode() + b'"}')
+    body = (
+        b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "INT8", "datatype": "FP32",'
+        b' "data": [1, 2, 3, 4]}], "pad": "' + PAD.encode() + b'"}'
+    )
     small = infer(app, json.loads(body.replace(PAD.encode(), b"")))
     big = call(app, "POST", "/v2/models/scaler/infer", body)
     assert big.status == small.status == 200 and big.body == small.body
@@ -116,7 +123,9 @@ def test_a_repeated_key_takes_the_last_value_at_any_size(app: App) -> None:
 def test_an_id_that_is_not_a_string_is_a_400(app: App, request_id: Any) -> None:
     answer = both_sizes(app, {"id": request_id, "inputs": [x_input()]})
     assert (answer.status, json.loads(answer.body)) == (
-        400, {"error": "Could not parse input content. Not valid ndarray detected"})
+        400,
+        {"error": "Could not parse input content. Not valid ndarray detected"},
+    )
 
 
 @pytest.mark.parametrize("request_id", ["42", "", "\u00e9\u0000[x]"])
@@ -141,13 +150,21 @@ def test_parameters_must_be_an_object_of_scalars(app: App, params: Any, where: s
         doc["outputs"] = [{"name": "y", "parameters": params}]
     answer = both_sizes(app, doc)
     assert (answer.status, json.loads(answer.body)) == (
-        400, {"error": "Could not parse request parameters"})
+        400,
+        {"error": "Could not parse request parameters"},
+    )
 
 
 def test_scalar_parameters_are_taken(app: App) -> None:
     params = {"s": "x", "i": 1, "f": 0.5, "b": False}
-    answer = both_sizes(app, {"parameters": params, "inputs": [x_input(parameters=params)],
-                              "outputs": [{"name": "y", "parameters": params}]})
+    answer = both_sizes(
+        app,
+        {
+            "parameters": params,
+            "inputs": [x_input(parameters=params)],
+            "outputs": [{"name": "y", "parameters": params}],
+        },
+    )
     assert answer.status == 200
 
 
@@ -161,7 +178,8 @@ WANT_NAN = [0.0, math.nan, math.nan, 0.0]
 def same_floats(got: list[Any], want: list[float]) -> bool:
     return len(got) == len(want) and all(
         isinstance(g, float) and (math.isnan(g) if math.isnan(w) else math.isclose(g, w))
-        for g, w in zip(got, want, strict=True))
+        for g, w in zip(got, want, strict=True)
+    )
 
 
 def test_kserve_json_writes_nan_and_infinity_literals(app: App) -> None:
@@ -178,34 +196,55 @@ def test_tfs_json_writes_nan_and_infinity_literals(app: App, form: str) -> None:
     answer = call(app, "POST", "/v1/models/nonfinite:predict", {form: BIG_X})
     assert answer.status == 200 and b"null" not in answer.body
     doc = json.loads(answer.body)
-    got = doc["predictions"][0] if form == "instances" else \
-        {name: value[0] for name, value in doc["outputs"].items()}
+    got = (
+        doc["predictions"][0]
+        if form == "instances"
+        else {name: value[0] for name, value in doc["outputs"].items()}
+    )
     assert same_floats(got["big"], WANT_BIG) and same_floats(got["nan"], WANT_NAN)
 
 
 def test_binary_output_keeps_the_bits(app: App) -> None:
-    answer = infer(app, {"inputs": [x_input(data=BIG_X[0])],
-                         "parameters": {"binary_data_output": True}}, "nonfinite")
+    answer = infer(
+        app,
+        {"inputs": [x_input(data=BIG_X[0])], "parameters": {"binary_data_output": True}},
+        "nonfinite",
+    )
     cut = int(answer.headers["inference-header-content-length"])
     header = json.loads(answer.body[:cut])
     sizes = [o["parameters"]["binary_data_size"] for o in header["outputs"]]
-    big = np.frombuffer(answer.body[cut:cut + sizes[0]], np.float32)
+    big = np.frombuffer(answer.body[cut : cut + sizes[0]], np.float32)
     assert big.tolist()[1:3] == [-math.inf, math.inf]
 
 
 # -- 39.5: 405 with Allow, HEAD as GET --------------------------------------------------------
 
-GET_PATHS = ["/v1/models/scaler", "/v1/models/scaler/versions/1/metadata", "/v1/config",
-             "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/scaler",
-             "/v2/models/scaler/versions/1", "/v2/models/scaler/ready", "/metrics"]
-POST_PATHS = ["/v1/models/scaler:predict", "/v1/models/scaler:classify", "/v1/config/reload",
-              "/v2/models/scaler/infer", "/v2/models/scaler/versions/1/infer"]
+GET_PATHS = [
+    "/v1/models/scaler",
+    "/v1/models/scaler/versions/1/metadata",
+    "/v1/config",
+    "/v2",
+    "/v2/health/live",
+    "/v2/health/ready",
+    "/v2/models/scaler",
+    "/v2/models/scaler/versions/1",
+    "/v2/models/scaler/ready",
+    "/metrics",
+]
+POST_PATHS = [
+    "/v1/models/scaler:predict",
+    "/v1/models/scaler:classify",
+    "/v1/config/reload",
+    "/v2/models/scaler/infer",
+    "/v2/models/scaler/versions/1/infer",
+]
 
 
 @pytest.mark.parametrize("path", GET_PATHS)
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
-def test_a_wrong_method_on_a_get_route_is_a_405_with_allow(app: App, path: str,
-                                                            method: str) -> None:
+def test_a_wrong_method_on_a_get_route_is_a_405_with_allow(
+    app: App, path: str, method: str
+) -> None:
     answer = call(app, method, path)
     assert answer.status == 405 and answer.headers["allow"] == "GET, HEAD"
     assert "error" in json.loads(answer.body)
@@ -213,8 +252,9 @@ def test_a_wrong_method_on_a_get_route_is_a_405_with_allow(app: App, path: str,
 
 @pytest.mark.parametrize("path", POST_PATHS)
 @pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "DELETE"])
-def test_a_wrong_method_on_a_post_route_is_a_405_with_allow(app: App, path: str,
-                                                             method: str) -> None:
+def test_a_wrong_method_on_a_post_route_is_a_405_with_allow(
+    app: App, path: str, method: str
+) -> None:
     answer = call(app, method, path)
     assert answer.status == 405 and answer.headers["allow"] == "POST"
 
@@ -224,35 +264,46 @@ def test_head_answers_as_get(app: App, path: str) -> None:
     """The App gives HEAD the GET answer; the transport sends its head only (see
     tests/handlers for the server)."""
     got, head = call(app, "GET", path), call(app, "HEAD", path)
-    assert (head.status, dict(head.headers), head.body) == (got.status, dict(got.headers),
-                                                            got.body)
+    assert (head.status, dict(head.headers), head.body) == (got.status, dict(got.headers), got.body)
 
 
 # -- 39.7 and 31.3: health and ready bodies ---------------------------------------------------
 
 
 def test_health_bodies(app: App) -> None:
-    assert (call(app, "GET", "/v2/health/live").status,
-            json.loads(call(app, "GET", "/v2/health/live").body)) == (200, {"live": True})
+    assert (
+        call(app, "GET", "/v2/health/live").status,
+        json.loads(call(app, "GET", "/v2/health/live").body),
+    ) == (200, {"live": True})
     ready = call(app, "GET", "/v2/health/ready")
     assert (ready.status, json.loads(ready.body)) == (200, {"ready": True})
     assert ready.headers["content-type"] == "application/json"
 
 
-@pytest.mark.parametrize("path", ["/v2/models/scaler/ready", "/v2/models/scaler/versions/1/ready",
-                                  "/v2/models/scaler/versions/0/ready"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v2/models/scaler/ready",
+        "/v2/models/scaler/versions/1/ready",
+        "/v2/models/scaler/versions/0/ready",
+    ],
+)
 def test_model_ready_body(app: App, path: str) -> None:
     answer = call(app, "GET", path)
     assert (answer.status, json.loads(answer.body)) == (200, {"ready": True})
 
 
-@pytest.mark.parametrize(("path", "error"), [
-    ("/v2/models/nope/ready", "Model with requested name is not found - name: nope"),
-    ("/v2/models/scaler/versions/7/ready",
-     "Model with requested version is not found - name: scaler; version: 7"),
-])
-def test_ready_of_an_unknown_model_is_a_404_error_object(app: App, path: str,
-                                                          error: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("/v2/models/nope/ready", "Model with requested name is not found - name: nope"),
+        (
+            "/v2/models/scaler/versions/7/ready",
+            "Model with requested version is not found - name: scaler; version: 7",
+        ),
+    ],
+)
+def test_ready_of_an_unknown_model_is_a_404_error_object(app: App, path: str, error: str) -> None:
     answer = call(app, "GET", path)
     assert (answer.status, json.loads(answer.body)) == (404, {"error": error})
 
@@ -265,4 +316,6 @@ def test_not_ready_forms(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(app.manager, "ready", False)
     answer = call(app, "GET", "/v2/health/ready")
     assert (answer.status, json.loads(answer.body)) == (
-        503, {"ready": False, "error": "Server is not ready yet"})
+        503,
+        {"ready": False, "error": "Server is not ready yet"},
+    )

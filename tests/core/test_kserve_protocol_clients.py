@@ -29,14 +29,17 @@ SDK_CLIENT = Path(__file__).with_name("kserve_sdk_client.py")
 
 
 @pytest.fixture(scope="module")
-def server(server_factory: ServerFactory, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[tuple[RunningServer, int]]:
+def server(
+    server_factory: ServerFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[RunningServer, int]]:
     root: Path = tmp_path_factory.mktemp("protocol-clients")
     save_ir(models.scaler(3.0), root / "scaler" / "1")
     save_ir(nonfinite_model(), root / "nonfinite" / "1")
     (root / "empty").mkdir()  # no version: never available
-    config = write_config(root / "config.json", [{"name": n, "base_path": n}
-                                                 for n in ("scaler", "nonfinite", "empty")])
+    config = write_config(
+        root / "config.json",
+        [{"name": n, "base_path": n} for n in ("scaler", "nonfinite", "empty")],
+    )
     grpc_port = free_port()
     yield server_factory(config, "--port", str(grpc_port)), grpc_port
 
@@ -44,8 +47,12 @@ def server(server_factory: ServerFactory, tmp_path_factory: pytest.TempPathFacto
 def _sdk(scenario: str, server: tuple[RunningServer, int]) -> Any:
     """One kserve SDK scenario in a client process of its own (see kserve_sdk_client.py)."""
     rest, grpc_port = server
-    proc = subprocess.run([sys.executable, str(SDK_CLIENT), scenario, rest.url, str(grpc_port)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SDK_CLIENT), scenario, rest.url, str(grpc_port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -62,10 +69,13 @@ def test_kserve_rest_client_reports_a_bad_id(server: tuple[RunningServer, int]) 
     assert _sdk("rest_bad_id", server) == {"raised": "HTTPStatusError", "status": 400}
 
 
-def test_kserve_grpc_client_health_readiness_and_infer(server: tuple[RunningServer, int]
-                                                        ) -> None:
-    assert _sdk("grpc_all", server) == {"live": True, "ready": True, "model_ready": True,
-                                        "data": [[3.0, 6.0, 9.0, 12.0]]}
+def test_kserve_grpc_client_health_readiness_and_infer(server: tuple[RunningServer, int]) -> None:
+    assert _sdk("grpc_all", server) == {
+        "live": True,
+        "ready": True,
+        "model_ready": True,
+        "data": [[3.0, 6.0, 9.0, 12.0]],
+    }
 
 
 def _same(got: Any, want: list[float]) -> bool:
@@ -75,8 +85,7 @@ def _same(got: Any, want: list[float]) -> bool:
     return bool(np.array_equal(values, expected, equal_nan=True))
 
 
-def test_tritonclient_reads_nonfinite_json_outputs_back(server: tuple[RunningServer, int]
-                                                         ) -> None:
+def test_tritonclient_reads_nonfinite_json_outputs_back(server: tuple[RunningServer, int]) -> None:
     rest, _ = server
     client = triton.InferenceServerClient(f"127.0.0.1:{rest.port}")
     x = triton.InferInput("x", [1, 4], "FP32")
@@ -84,13 +93,13 @@ def test_tritonclient_reads_nonfinite_json_outputs_back(server: tuple[RunningSer
     outputs = [triton.InferRequestedOutput(n, binary_data=False) for n in ("big", "nan")]
     result = client.infer("nonfinite", [x], outputs=outputs)
     assert _same(result.as_numpy("big"), WANT_BIG) and _same(result.as_numpy("nan"), WANT_NAN)
-    binary = client.infer("nonfinite", [x], outputs=[
-        triton.InferRequestedOutput("big", binary_data=True)])
+    binary = client.infer(
+        "nonfinite", [x], outputs=[triton.InferRequestedOutput("big", binary_data=True)]
+    )
     assert _same(binary.as_numpy("big"), WANT_BIG)
 
 
-def test_python_json_reads_tfs_nonfinite_outputs_back(server: tuple[RunningServer, int]
-                                                       ) -> None:
+def test_python_json_reads_tfs_nonfinite_outputs_back(server: tuple[RunningServer, int]) -> None:
     rest, _ = server
     answer = rest.post("/v1/models/nonfinite:predict", {"instances": BIG_X})
     assert answer.status_code == 200
@@ -108,12 +117,12 @@ def _raw(port: int, request: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("path", ["/v2/models/scaler", "/v2/health/ready", "/v1/models/nope"])
-def test_head_sends_the_get_head_without_a_body(server: tuple[RunningServer, int],
-                                                path: str) -> None:
+def test_head_sends_the_get_head_without_a_body(
+    server: tuple[RunningServer, int], path: str
+) -> None:
     rest, _ = server
     got = rest.get(path)
-    raw = _raw(rest.port, f"HEAD {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-               .encode())
+    raw = _raw(rest.port, f"HEAD {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
     head, _, body = raw.partition(b"\r\n\r\n")
     assert body == b""
     assert head.split(b"\r\n")[0].split(b" ")[1] == str(got.status_code).encode()

@@ -20,11 +20,21 @@ from demo.models import write_demo_repository
 from handlers import cli
 
 MODELS = {"model_config_list": [{"config": {"name": "scaler", "base_path": "scaler"}}]}
-ALL_OVMS = ["ovms_requests_success", "ovms_requests_fail", "ovms_requests_accepted",
-            "ovms_requests_rejected", "ovms_responses", "ovms_inference_time_us",
-            "ovms_wait_for_infer_req_time_us", "ovms_request_time_us", "ovms_current_requests",
-            "ovms_current_graphs", "ovms_infer_req_active", "ovms_streams",
-            "ovms_infer_req_queue_size"]  # OVMS docs/metrics.md, "all metrics enabled"
+ALL_OVMS = [
+    "ovms_requests_success",
+    "ovms_requests_fail",
+    "ovms_requests_accepted",
+    "ovms_requests_rejected",
+    "ovms_responses",
+    "ovms_inference_time_us",
+    "ovms_wait_for_infer_req_time_us",
+    "ovms_request_time_us",
+    "ovms_current_requests",
+    "ovms_current_graphs",
+    "ovms_infer_req_active",
+    "ovms_streams",
+    "ovms_infer_req_queue_size",
+]  # OVMS docs/metrics.md, "all metrics enabled"
 DEFAULT = MetricsConfig()
 
 
@@ -39,25 +49,42 @@ def test_without_monitoring_every_family_is_served_at_metrics() -> None:
 
 def test_a_metrics_block_follows_ovms_enable_defaults_to_false() -> None:
     assert _parsed({"metrics": {}}).enabled is False
-    assert _parsed({"metrics": {"enable": True, "metrics_list": ["ovms_streams"],
-                                "endpoint_path": "/newmetrics"}}) == \
-        MetricsConfig(True, ("ovms_streams",), "/newmetrics")
-    assert _parsed({"metrics": {"enable": True, "metrics_list": ALL_OVMS}}).families == \
-        tuple(ALL_OVMS)
+    assert _parsed(
+        {
+            "metrics": {
+                "enable": True,
+                "metrics_list": ["ovms_streams"],
+                "endpoint_path": "/newmetrics",
+            }
+        }
+    ) == MetricsConfig(True, ("ovms_streams",), "/newmetrics")
+    assert _parsed({"metrics": {"enable": True, "metrics_list": ALL_OVMS}}).families == tuple(
+        ALL_OVMS
+    )
 
 
-@pytest.mark.parametrize(("metrics", "message"), [
-    ({"enable": True, "metrics_list": ["ovms_bogus"]},
-     "monitoring.metrics.metrics_list: Metrics family name not supported: ovms_bogus"),
-    ({"enable": True, "metrics_list": "ovms_streams"},
-     "monitoring.metrics.metrics_list: expected a list of metric names"),
-    ({"enable": True, "endpoint_path": "/a/b"},
-     "monitoring.metrics.endpoint_path: '/a/b' is not a valid endpoint path"),
-    ({"enable": "yes"}, "monitoring.metrics.enable"),
-    ({"enabled": True}, "monitoring.metrics"),
-])
-def test_bad_monitoring_is_a_config_error_naming_the_field(metrics: dict[str, Any],
-                                                            message: str) -> None:
+@pytest.mark.parametrize(
+    ("metrics", "message"),
+    [
+        (
+            {"enable": True, "metrics_list": ["ovms_bogus"]},
+            "monitoring.metrics.metrics_list: Metrics family name not supported: ovms_bogus",
+        ),
+        (
+            {"enable": True, "metrics_list": "ovms_streams"},
+            "monitoring.metrics.metrics_list: expected a list of metric names",
+        ),
+        (
+            {"enable": True, "endpoint_path": "/a/b"},
+            "monitoring.metrics.endpoint_path: '/a/b' is not a valid endpoint path",
+        ),
+        ({"enable": "yes"}, "monitoring.metrics.enable"),
+        ({"enabled": True}, "monitoring.metrics"),
+    ],
+)
+def test_bad_monitoring_is_a_config_error_naming_the_field(
+    metrics: dict[str, Any], message: str
+) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         _parsed({"metrics": metrics})
 
@@ -65,10 +92,14 @@ def test_bad_monitoring_is_a_config_error_naming_the_field(metrics: dict[str, An
 def test_flags_and_env_follow_ovms_rules() -> None:
     assert metrics_from_flags(None, "") == MetricsConfig()
     assert metrics_from_flags(False, "").enabled is False
-    assert metrics_from_flags(True, "ovms_streams, ovms_requests_fail").families == \
-        ("ovms_streams", "ovms_requests_fail")
-    with pytest.raises(ConfigError, match="metrics_enable setting is missing, required when "
-                                          "metrics_list is provided"):
+    assert metrics_from_flags(True, "ovms_streams, ovms_requests_fail").families == (
+        "ovms_streams",
+        "ovms_requests_fail",
+    )
+    with pytest.raises(
+        ConfigError,
+        match="metrics_enable setting is missing, required when metrics_list is provided",
+    ):
         metrics_from_flags(None, "ovms_streams")
     env = {"OVS_METRICS_ENABLE": "1", "OVS_METRICS_LIST": "ovms_streams"}
     assert Settings.from_env(env).metrics == MetricsConfig(True, ("ovms_streams",))
@@ -82,8 +113,9 @@ def repo(tmp_path: Path) -> Iterator[Path]:
 
 def _app(config: Path, monitoring: Any, settings: MetricsConfig = DEFAULT) -> App:
     config.write_text(json.dumps({**MODELS, "monitoring": monitoring}))
-    options = Settings(config_path=str(config), cache_dir=str(config.parent / "cache"),
-                       metrics=settings)
+    options = Settings(
+        config_path=str(config), cache_dir=str(config.parent / "cache"), metrics=settings
+    )
     return App(ModelManager.start(options), options)
 
 
@@ -109,14 +141,24 @@ def test_disabled_metrics_have_no_endpoint_and_models_still_serve(repo: Path) ->
 
 
 def test_a_metrics_list_and_endpoint_path_serve_only_those_families_there(repo: Path) -> None:
-    app = _app(repo, {"metrics": {"enable": True, "endpoint_path": "/newmetrics",
-                                  "metrics_list": ["ovms_requests_success", "ovms_streams"]}})
+    app = _app(
+        repo,
+        {
+            "metrics": {
+                "enable": True,
+                "endpoint_path": "/newmetrics",
+                "metrics_list": ["ovms_requests_success", "ovms_streams"],
+            }
+        },
+    )
     assert _predict(app) == 200
     status, body = _get(app, "/newmetrics")
     assert status == 200
     assert _families(body) == ["ovms_requests_success", "ovms_streams"]
-    assert 'ovms_requests_success{api="TensorFlowServing",interface="REST",method="Predict",' \
-           'name="scaler",version="1"}' in body.decode()
+    assert (
+        'ovms_requests_success{api="TensorFlowServing",interface="REST",method="Predict",'
+        'name="scaler",version="1"}' in body.decode()
+    )
     assert _get(app, "/metrics")[0] == 404
     assert _get(app, "/newmetrics", "POST")[0] == 405
 
@@ -138,9 +180,22 @@ def test_a_config_reload_turns_metrics_off_and_on(repo: Path) -> None:
 
 
 def _invoke(repo: Path, *flags: str) -> int:
-    return cli.main(["invoke", "GET", "/metrics", "--model_name", "scaler", "--model_path",
-                     str(repo.parent / "scaler"), "--cache_dir", str(repo.parent / "cache"),
-                     "--log_level", "WARNING", *flags])
+    return cli.main(
+        [
+            "invoke",
+            "GET",
+            "/metrics",
+            "--model_name",
+            "scaler",
+            "--model_path",
+            str(repo.parent / "scaler"),
+            "--cache_dir",
+            str(repo.parent / "cache"),
+            "--log_level",
+            "WARNING",
+            *flags,
+        ]
+    )
 
 
 def test_the_ovms_metrics_flags(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -150,7 +205,7 @@ def test_the_ovms_metrics_flags(repo: Path, capsys: pytest.CaptureFixture[str]) 
     assert "Invalid request URL: /metrics" in capsys.readouterr().out
     assert _invoke(repo, "--metrics_list", "ovms_streams") == cli.EX_USAGE
     assert capsys.readouterr().err.strip() == (
-        "ov-serverless: metrics_enable setting is missing, required when metrics_list is "
-        "provided")
+        "ov-serverless: metrics_enable setting is missing, required when metrics_list is provided"
+    )
     assert _invoke(repo, "--metrics_enable", "--metrics_list", "ovms_nope") == cli.EX_USAGE
     assert "Metrics family name not supported: ovms_nope" in capsys.readouterr().err

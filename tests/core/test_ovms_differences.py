@@ -37,8 +37,10 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> App:
     root = tmp_path_factory.mktemp("differences")
     save_ir(models.scaler(2.0), root / "scaler" / "1")
     save_ir(log_model(), root / "log" / "1")
-    config = write_config(root / "config.json", [{"name": "scaler", "base_path": "scaler"},
-                                                 {"name": "log", "base_path": "log"}])
+    config = write_config(
+        root / "config.json",
+        [{"name": "scaler", "base_path": "scaler"}, {"name": "log", "base_path": "log"}],
+    )
     settings = Settings.from_env({}, config_path=str(config), cache_dir=str(root / "cache"))
     return App(ModelManager.start(settings), settings)
 
@@ -70,8 +72,14 @@ def test_non_finite_outputs_are_tf_serving_literals(app: App) -> None:
     tfs = call(app, "POST", "/v1/models/log:predict", b'{"instances": [[0, -1, 1, 1]]}')
     predictions = json.loads(tfs.body)["predictions"][0]
     assert predictions[0] == -math.inf and math.isnan(predictions[1]) and predictions[2:] == [0, 0]
-    kserve = call(app, "POST", "/v2/models/log/infer", orjson.dumps({"inputs": [
-        {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [0, -1, 1, 1]}]}))
+    kserve = call(
+        app,
+        "POST",
+        "/v2/models/log/infer",
+        orjson.dumps(
+            {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [0, -1, 1, 1]}]}
+        ),
+    )
     data = json.loads(kserve.body)["outputs"][0]["data"]
     assert data[0] == -math.inf and math.isnan(data[1]) and data[2:] == [0, 0]
 

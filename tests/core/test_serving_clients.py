@@ -62,7 +62,8 @@ def test_ovmsclient_metadata(zoo_server: RunningServer) -> None:
 def test_ovmsclient_status(zoo_server: RunningServer) -> None:
     client = make_http_client(_host(zoo_server))
     assert client.get_model_status("scaler") == {
-        1: {"state": "AVAILABLE", "error_code": 0, "error_message": "OK"}}
+        1: {"state": "AVAILABLE", "error_code": 0, "error_message": "OK"}
+    }
 
 
 def test_ovmsclient_errors(zoo_server: RunningServer) -> None:
@@ -86,9 +87,11 @@ def test_triton_infer_classifier(zoo: Zoo, zoo_server: RunningServer, binary: bo
     batch = image_input(seed=12, batch=2)
     tensor = triton.InferInput("input", list(batch.shape), "FP32")
     tensor.set_data_from_numpy(batch, binary_data=binary)
-    result = client.infer("classifier_dyn", [tensor],
-                          outputs=[triton.InferRequestedOutput("probabilities",
-                                                               binary_data=binary)])
+    result = client.infer(
+        "classifier_dyn",
+        [tensor],
+        outputs=[triton.InferRequestedOutput("probabilities", binary_data=binary)],
+    )
     got = result.as_numpy("probabilities")
     expected = reference(zoo.classifier_dyn, {"input": batch})["probabilities"]
     assert got.dtype == np.float32 and got.shape == (2, 1000)
@@ -98,16 +101,19 @@ def test_triton_infer_classifier(zoo: Zoo, zoo_server: RunningServer, binary: bo
 
 @pytest.mark.parametrize("binary_in", [True, False])
 @pytest.mark.parametrize("binary_out", [True, False])
-def test_triton_infer_two_outputs(zoo_server: RunningServer, binary_in: bool,
-                                  binary_out: bool) -> None:
+def test_triton_infer_two_outputs(
+    zoo_server: RunningServer, binary_in: bool, binary_out: bool
+) -> None:
     client = triton.InferenceServerClient(_host(zoo_server))
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
     b = np.full((2, 4), 0.5, dtype=np.float32)
     inputs = [triton.InferInput("a", [2, 4], "FP32"), triton.InferInput("b", [2, 4], "FP32")]
     inputs[0].set_data_from_numpy(a, binary_data=binary_in)
     inputs[1].set_data_from_numpy(b, binary_data=binary_in)
-    outputs = [triton.InferRequestedOutput("sum", binary_data=binary_out),
-               triton.InferRequestedOutput("product", binary_data=binary_out)]
+    outputs = [
+        triton.InferRequestedOutput("sum", binary_data=binary_out),
+        triton.InferRequestedOutput("product", binary_data=binary_out),
+    ]
     result = client.infer("two_inputs", inputs, model_version="1", outputs=outputs)
     assert np.array_equal(result.as_numpy("sum"), a + b)
     assert np.array_equal(result.as_numpy("product"), a * b)
@@ -122,11 +128,17 @@ def test_triton_metadata_and_health(zoo_server: RunningServer) -> None:
     assert not client.is_model_ready("scaler", "2")
     assert not client.is_model_ready("no_such_model")
     assert client.get_model_metadata("two_inputs") == {
-        "name": "two_inputs", "versions": ["1"], "platform": "OpenVINO",
-        "inputs": [{"name": "a", "datatype": "FP32", "shape": [-1, 4]},
-                   {"name": "b", "datatype": "FP32", "shape": [-1, 4]}],
-        "outputs": [{"name": "sum", "datatype": "FP32", "shape": [-1, 4]},
-                    {"name": "product", "datatype": "FP32", "shape": [-1, 4]}],
+        "name": "two_inputs",
+        "versions": ["1"],
+        "platform": "OpenVINO",
+        "inputs": [
+            {"name": "a", "datatype": "FP32", "shape": [-1, 4]},
+            {"name": "b", "datatype": "FP32", "shape": [-1, 4]},
+        ],
+        "outputs": [
+            {"name": "sum", "datatype": "FP32", "shape": [-1, 4]},
+            {"name": "product", "datatype": "FP32", "shape": [-1, 4]},
+        ],
     }
     assert client.get_server_metadata()["name"] == "OpenVINO Model Server"
 
@@ -141,5 +153,6 @@ def test_triton_errors(zoo_server: RunningServer) -> None:
         client.get_model_metadata("no_such_model")
     good = triton.InferInput("x", [1, 4], "FP32")
     good.set_data_from_numpy(np.ones((1, 4), np.float32))
-    assert np.array_equal(client.infer("scaler", [good]).as_numpy("y"),
-                          np.full((1, 4), 3.0, np.float32))
+    assert np.array_equal(
+        client.infer("scaler", [good]).as_numpy("y"), np.full((1, 4), 3.0, np.float32)
+    )

@@ -47,8 +47,9 @@ def expected_pixels(images: list[bytes], layout: str) -> np.ndarray:
     arrays = []
     for data in images:
         bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-        arrays.append(cv2.resize(bgr.astype(np.float32), (224, 224),
-                                 interpolation=cv2.INTER_LINEAR))
+        arrays.append(
+            cv2.resize(bgr.astype(np.float32), (224, 224), interpolation=cv2.INTER_LINEAR)
+        )
     batch = np.stack(arrays)
     return batch if layout == "NHWC" else batch.transpose(0, 3, 1, 2).copy()
 
@@ -86,8 +87,10 @@ def test_channel_order_is_bgr_like_opencv(zoo: Zoo, zoo_server: RunningServer) -
 @pytest.mark.parametrize("name", ["classifier_dyn", "classifier_nhwc"])
 def test_tfs_b64_batch_of_two(zoo: Zoo, zoo_server: RunningServer, name: str) -> None:
     images = [JPEG, PNG]
-    for body in ({"inputs": {"input": [b64(i) for i in images]}},
-                 {"instances": [{"input": b64(i)} for i in images]}):
+    for body in (
+        {"inputs": {"input": [b64(i) for i in images]}},
+        {"instances": [{"input": b64(i)} for i in images]},
+    ):
         response = zoo_server.post(f"/v1/models/{name}:predict", body)
         assert response.status_code == 200, response.text
         doc = response.json()
@@ -98,8 +101,16 @@ def test_tfs_b64_batch_of_two(zoo: Zoo, zoo_server: RunningServer, name: str) ->
 def test_kserve_bytes_binary_batch(zoo: Zoo, zoo_server: RunningServer, name: str) -> None:
     images = [PNG, JPEG]
     payload = bytes_framing(images)
-    doc = {"inputs": [{"name": "input", "shape": [2], "datatype": "BYTES",
-                       "parameters": {"binary_data_size": len(payload)}}]}
+    doc = {
+        "inputs": [
+            {
+                "name": "input",
+                "shape": [2],
+                "datatype": "BYTES",
+                "parameters": {"binary_data_size": len(payload)},
+            }
+        ]
+    }
     data, headers = kserve_binary_request(doc, payload)
     response = zoo_server.post(f"/v2/models/{name}/infer", data=data, headers=headers)
     assert response.status_code == 200, response.text
@@ -108,8 +119,9 @@ def test_kserve_bytes_binary_batch(zoo: Zoo, zoo_server: RunningServer, name: st
     check(output["data"], expected(zoo, name, images))
 
 
-def test_kserve_bytes_single_input_without_binary_data_size(zoo: Zoo,
-                                                            zoo_server: RunningServer) -> None:
+def test_kserve_bytes_single_input_without_binary_data_size(
+    zoo: Zoo, zoo_server: RunningServer
+) -> None:
     """binary_data_size may be omitted for a single input: the rest of the body is its data."""
     payload = bytes_framing([JPEG])
     doc = {"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES"}]}
@@ -135,8 +147,9 @@ def _good(server: RunningServer) -> None:
     assert response.status_code == 200, response.text
 
 
-@pytest.mark.parametrize("payload", [b"definitely not an image", JPEG[: len(JPEG) // 3],
-                                     b"GIF89a" + b"\x00" * 40])
+@pytest.mark.parametrize(
+    "payload", [b"definitely not an image", JPEG[: len(JPEG) // 3], b"GIF89a" + b"\x00" * 40]
+)
 def test_broken_image_is_400(zoo_server: RunningServer, payload: bytes) -> None:
     response = zoo_server.post("/v1/models/classifier:predict", {"instances": [b64(payload)]})
     assert response.status_code == 400, response.text
@@ -146,8 +159,16 @@ def test_broken_image_is_400(zoo_server: RunningServer, payload: bytes) -> None:
 
 def test_broken_image_in_kserve_bytes_is_400(zoo_server: RunningServer) -> None:
     payload = bytes_framing([b"\x89PNG\r\n\x1a\n broken"])
-    doc = {"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES",
-                       "parameters": {"binary_data_size": len(payload)}}]}
+    doc = {
+        "inputs": [
+            {
+                "name": "input",
+                "shape": [1],
+                "datatype": "BYTES",
+                "parameters": {"binary_data_size": len(payload)},
+            }
+        ]
+    }
     data, headers = kserve_binary_request(doc, payload)
     response = zoo_server.post("/v2/models/classifier/infer", data=data, headers=headers)
     assert response.status_code == 400, response.text
@@ -157,8 +178,7 @@ def test_broken_image_in_kserve_bytes_is_400(zoo_server: RunningServer) -> None:
 
 @pytest.mark.parametrize("text", ["%%% not base64 %%%", "abc", "YW Jj"])
 def test_not_base64_is_400(zoo_server: RunningServer, text: str) -> None:
-    response = zoo_server.post("/v1/models/classifier:predict",
-                               {"instances": [{"b64": text}]})
+    response = zoo_server.post("/v1/models/classifier:predict", {"instances": [{"b64": text}]})
     assert response.status_code == 400, response.text
     assert error_of(response) == "Decode Base64 to string error"
     _good(zoo_server)
@@ -168,13 +188,15 @@ def test_image_to_a_model_without_image_layout_is_400(zoo_server: RunningServer)
     response = zoo_server.post("/v1/models/scaler:predict", {"instances": [b64(PNG)]})
     assert response.status_code == 400, response.text
     assert error_of(response).startswith(
-        "Received binary image input but resource not configured to accept NHWC layout")
+        "Received binary image input but resource not configured to accept NHWC layout"
+    )
     _good(zoo_server)
 
 
 def test_batch_of_two_to_a_batch_one_model_is_400(zoo_server: RunningServer) -> None:
-    response = zoo_server.post("/v1/models/classifier:predict",
-                               {"instances": [b64(PNG), b64(JPEG)]})
+    response = zoo_server.post(
+        "/v1/models/classifier:predict", {"instances": [b64(PNG), b64(JPEG)]}
+    )
     assert response.status_code == 400, response.text
     assert error_of(response).startswith("Invalid input batch size - Expected: 1; Actual: 2")
     _good(zoo_server)

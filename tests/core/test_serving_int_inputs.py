@@ -40,17 +40,20 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> App:
 
 
 def _tfs(app: App, model: str, rows: Any) -> tuple[int, Any]:
-    response = app.handle(make_request("POST", f"/v1/models/{model}:predict",
-                                       json.dumps({"instances": rows}).encode()))
+    response = app.handle(
+        make_request(
+            "POST", f"/v1/models/{model}:predict", json.dumps({"instances": rows}).encode()
+        )
+    )
     return response.status, json.loads(response.body)
 
 
 def _kserve(app: App, model: str, rows: Any) -> tuple[int, Any]:
     datatype = {"u8": "UINT8", "i32": "INT32"}[model]
-    doc = {"inputs": [{"name": "x", "shape": [len(rows), 4], "datatype": datatype,
-                       "data": rows}]}
-    response = app.handle(make_request("POST", f"/v2/models/{model}/infer",
-                                       json.dumps(doc).encode()))
+    doc = {"inputs": [{"name": "x", "shape": [len(rows), 4], "datatype": datatype, "data": rows}]}
+    response = app.handle(
+        make_request("POST", f"/v2/models/{model}/infer", json.dumps(doc).encode())
+    )
     return response.status, json.loads(response.body)
 
 
@@ -68,16 +71,24 @@ def test_values_the_type_holds_are_served(app: App, send: Any, rows: int) -> Non
 
 @pytest.mark.parametrize("send", [_tfs, _kserve], ids=["tfs", "kserve"])
 @pytest.mark.parametrize("rows", [1, ROWS_BIG], ids=["small", "big"])
-@pytest.mark.parametrize(("model", "bad", "bounds"), [
-    ("u8", -1, "from 0 to 255"), ("u8", 256, "from 0 to 255"), ("u8", 2.5, "from 0 to 255"),
-    ("i32", 1.5, "from -2147483648 to 2147483647"),
-    ("i32", 2**31, "from -2147483648 to 2147483647"),
-    ("i32", -(2**31) - 1, "from -2147483648 to 2147483647"),
-])
-def test_values_the_type_cannot_hold_are_a_400(app: App, send: Any, rows: int, model: str,
-                                                bad: float, bounds: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "bad", "bounds"),
+    [
+        ("u8", -1, "from 0 to 255"),
+        ("u8", 256, "from 0 to 255"),
+        ("u8", 2.5, "from 0 to 255"),
+        ("i32", 1.5, "from -2147483648 to 2147483647"),
+        ("i32", 2**31, "from -2147483648 to 2147483647"),
+        ("i32", -(2**31) - 1, "from -2147483648 to 2147483647"),
+    ],
+)
+def test_values_the_type_cannot_hold_are_a_400(
+    app: App, send: Any, rows: int, model: str, bad: float, bounds: str
+) -> None:
     values = [[1, 2, 3, 4]] * (rows - 1) + [[1, 2, bad, 4]]
     status, doc = send(app, model, values)
-    assert (status, doc) == (400, {"error": f"Invalid value for input x: expected integers "
-                                            f"{bounds}"})
+    assert (status, doc) == (
+        400,
+        {"error": f"Invalid value for input x: expected integers {bounds}"},
+    )
     assert send(app, model, [[1, 2, 3, 4]])[0] == 200

@@ -65,29 +65,48 @@ def pick_model(output: str = "picked") -> ov.Model:
 
 def _pipeline(kind: str) -> dict[str, Any]:
     return {
-        "name": f"upper_{kind}", "inputs": ["text"],
+        "name": f"upper_{kind}",
+        "inputs": ["text"],
         "nodes": [
-            {"name": "upper", "library_name": "upper", "type": "custom",
-             "params": {"kind": kind},
-             "inputs": [{"text": {"node_name": "request", "data_item": "text"}}],
-             "outputs": [{"data_item": "texts", "alias": "texts"}]},
-            {"name": "count", "model_name": "lengths", "type": "DL model",
-             "inputs": [{"text": {"node_name": "upper", "data_item": "texts"}}],
-             "outputs": [{"data_item": "lengths", "alias": "lengths"}]},
+            {
+                "name": "upper",
+                "library_name": "upper",
+                "type": "custom",
+                "params": {"kind": kind},
+                "inputs": [{"text": {"node_name": "request", "data_item": "text"}}],
+                "outputs": [{"data_item": "texts", "alias": "texts"}],
+            },
+            {
+                "name": "count",
+                "model_name": "lengths",
+                "type": "DL model",
+                "inputs": [{"text": {"node_name": "upper", "data_item": "texts"}}],
+                "outputs": [{"data_item": "lengths", "alias": "lengths"}],
+            },
         ],
-        "outputs": [{"texts": {"node_name": "upper", "data_item": "texts"}},
-                    {"lengths": {"node_name": "count", "data_item": "lengths"}}],
+        "outputs": [
+            {"texts": {"node_name": "upper", "data_item": "texts"}},
+            {"lengths": {"node_name": "count", "data_item": "lengths"}},
+        ],
     }
 
 
 def _demux_pipeline() -> dict[str, Any]:
     """upper runs as a demultiplexer: each text is an item; the output gathers them back."""
     return {
-        "name": "upper_demux", "inputs": ["text"],
-        "nodes": [{"name": "upper", "library_name": "upper", "type": "custom",
-                   "demultiply_count": 0, "params": {"kind": "bytes"},
-                   "inputs": [{"text": {"node_name": "request", "data_item": "text"}}],
-                   "outputs": [{"data_item": "texts", "alias": "texts"}]}],
+        "name": "upper_demux",
+        "inputs": ["text"],
+        "nodes": [
+            {
+                "name": "upper",
+                "library_name": "upper",
+                "type": "custom",
+                "demultiply_count": 0,
+                "params": {"kind": "bytes"},
+                "inputs": [{"text": {"node_name": "request", "data_item": "text"}}],
+                "outputs": [{"data_item": "texts", "alias": "texts"}],
+            }
+        ],
         "outputs": [{"texts": {"node_name": "upper", "data_item": "texts"}}],
     }
 
@@ -99,15 +118,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     save_ir(pick_model(), root / "pick" / "1")
     save_ir(pick_model("picked_bytes"), root / "pick_bytes" / "1")
     config = {
-        "model_config_list": [{"config": {"name": n, "base_path": str(root / n)}}
-                              for n in ("lengths", "pick", "pick_bytes")],
+        "model_config_list": [
+            {"config": {"name": n, "base_path": str(root / n)}}
+            for n in ("lengths", "pick", "pick_bytes")
+        ],
         "custom_node_library_config_list": [{"name": "upper", "base_path": str(NODE)}],
-        "pipeline_config_list": [*(_pipeline(kind) for kind in (*KINDS, "bad")),
-                                 _demux_pipeline()],
+        "pipeline_config_list": [*(_pipeline(kind) for kind in (*KINDS, "bad")), _demux_pipeline()],
     }
     (root / "config.json").write_text(json.dumps(config))
-    running = Server.start(root / "config.json", root, "--cpu_extension",
-                           str(openvino_tokenizers._ext_path))
+    running = Server.start(
+        root / "config.json", root, "--cpu_extension", str(openvino_tokenizers._ext_path)
+    )
     try:
         yield running
     finally:
@@ -140,8 +161,12 @@ def test_metadata_advertises_bytes_and_dt_string(server: Server) -> None:
     assert kserve["inputs"][0] == {"name": "text", "datatype": "BYTES", "shape": [-1, -1]}
     assert kserve["outputs"][0] == {"name": "picked", "datatype": "BYTES", "shape": [-1, -1]}
     tfs = requests.get(_rest(server) + "/v1/models/lengths/metadata", timeout=30).json()
-    assert tfs["metadata"]["signature_def"]["signatureDef"]["serving_default"]["inputs"][
-        "text"]["dtype"] == "DT_STRING"
+    assert (
+        tfs["metadata"]["signature_def"]["signatureDef"]["serving_default"]["inputs"]["text"][
+            "dtype"
+        ]
+        == "DT_STRING"
+    )
 
 
 # -- TFS REST ----------------------------------------------------------------------------------
@@ -154,8 +179,9 @@ def test_tfs_rest_row_strings_answer_lengths(server: Server) -> None:
 
 
 def test_tfs_rest_columnar_b64_and_utf8(server: Server) -> None:
-    reply = _post(server, "/v1/models/lengths:predict",
-                  {"inputs": {"text": [_b64(NOT_UTF8), "é", ""]}})
+    reply = _post(
+        server, "/v1/models/lengths:predict", {"inputs": {"text": [_b64(NOT_UTF8), "é", ""]}}
+    )
     assert reply.status_code == 200, reply.text
     assert reply.json() == {"outputs": [4, 2, 0]}
 
@@ -166,8 +192,11 @@ def test_tfs_rest_string_outputs_utf8_or_b64(server: Server) -> None:
     assert reply.status_code == 200, reply.text
     row = [_b64(NOT_UTF8), "ü"]
     assert reply.json() == {"outputs": [row, ["a", "b"], row]}
-    rows = _post(server, "/v1/models/pick:predict", {"instances": [
-        {"text": ["x", "y"], "index": 1}, {"text": ["z", "w"], "index": 0}]})
+    rows = _post(
+        server,
+        "/v1/models/pick:predict",
+        {"instances": [{"text": ["x", "y"], "index": 1}, {"text": ["z", "w"], "index": 0}]},
+    )
     assert rows.status_code == 200, rows.text
     assert rows.json() == {"predictions": [["z", "w"], ["x", "y"]]}
 
@@ -179,8 +208,9 @@ def test_tfs_rest_outputs_named_bytes_are_always_b64(server: Server) -> None:
     reply = _post(server, "/v1/models/pick_bytes:predict", doc)
     assert reply.status_code == 200, reply.text
     assert reply.json() == {"outputs": [[_b64(b"a"), _b64("é".encode())]]}
-    rows = _post(server, "/v1/models/pick_bytes:predict",
-                 {"instances": [{"text": ["x"], "index": 0}]})
+    rows = _post(
+        server, "/v1/models/pick_bytes:predict", {"instances": [{"text": ["x"], "index": 0}]}
+    )
     assert rows.json() == {"predictions": [[_b64(b"x")]]}
 
 
@@ -194,8 +224,9 @@ def test_ovmsclient_http_strings(server: Server) -> None:
     client = make_http_client(f"127.0.0.1:{server.rest_port}")
     got = client.predict({"text": np.array([b"ab", b"cde", NOT_UTF8])}, "lengths")
     assert got.tolist() == [2, 3, 4]
-    got = client.predict({"text": np.array([[b"x", "é".encode()]]),
-                          "index": np.array([0], np.int32)}, "pick")
+    got = client.predict(
+        {"text": np.array([[b"x", "é".encode()]]), "index": np.array([0], np.int32)}, "pick"
+    )
     assert got.tolist() == [["x", "é"]]
 
 
@@ -207,30 +238,50 @@ def test_kserve_json_bytes(server: Server) -> None:
     reply = _post(server, "/v2/models/lengths/infer", doc)
     assert reply.status_code == 200, reply.text
     assert reply.json()["outputs"] == [
-        {"name": "lengths", "datatype": "INT32", "shape": [2], "data": [2, 3]}]
-    doc = {"inputs": [
-        {"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": ["pä", "q"]},
-        {"name": "index", "shape": [2], "datatype": "INT32", "data": [1, 1]}]}
+        {"name": "lengths", "datatype": "INT32", "shape": [2], "data": [2, 3]}
+    ]
+    doc = {
+        "inputs": [
+            {"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": ["pä", "q"]},
+            {"name": "index", "shape": [2], "datatype": "INT32", "data": [1, 1]},
+        ]
+    }
     reply = _post(server, "/v2/models/pick/infer", doc)
     assert reply.status_code == 200, reply.text
     assert reply.json()["outputs"] == [
-        {"name": "picked", "datatype": "BYTES", "shape": [2, 1], "data": ["q", "q"]}]
+        {"name": "picked", "datatype": "BYTES", "shape": [2, 1], "data": ["q", "q"]}
+    ]
 
 
 def test_kserve_binary_extension_in_and_out(server: Server) -> None:
     items = [b"ab", NOT_UTF8, b""]
     framed = b"".join(struct.pack("<I", len(item)) + item for item in items)
     index = np.array([1, 2], np.int32)
-    header = json.dumps({
-        "inputs": [
-            {"name": "text", "shape": [3, 1], "datatype": "BYTES",
-             "parameters": {"binary_data_size": len(framed)}},
-            {"name": "index", "shape": [2], "datatype": "INT32",
-             "parameters": {"binary_data_size": index.nbytes}}],
-        "outputs": [{"name": "picked", "parameters": {"binary_data": True}}]}).encode()
-    reply = requests.post(_rest(server) + "/v2/models/pick/infer",
-                          data=header + framed + index.tobytes(), timeout=60,
-                          headers={"Inference-Header-Content-Length": str(len(header))})
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "text",
+                    "shape": [3, 1],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": len(framed)},
+                },
+                {
+                    "name": "index",
+                    "shape": [2],
+                    "datatype": "INT32",
+                    "parameters": {"binary_data_size": index.nbytes},
+                },
+            ],
+            "outputs": [{"name": "picked", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    reply = requests.post(
+        _rest(server) + "/v2/models/pick/infer",
+        data=header + framed + index.tobytes(),
+        timeout=60,
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
     assert reply.status_code == 200, reply.text
     size = int(reply.headers["Inference-Header-Content-Length"])
     out = json.loads(reply.content[:size])["outputs"][0]
@@ -244,16 +295,19 @@ def test_kserve_binary_extension_in_and_out(server: Server) -> None:
 def test_tritonclient_http_strings(server: Server, binary: bool) -> None:
     client = triton_http.InferenceServerClient(f"127.0.0.1:{server.rest_port}")
     text = triton_http.InferInput("text", [2, 2], "BYTES")
-    text.set_data_from_numpy(np.array([[b"a", b"bc"], ["dé".encode(), b"f"]], dtype=object),
-                             binary_data=binary)
+    text.set_data_from_numpy(
+        np.array([[b"a", b"bc"], ["dé".encode(), b"f"]], dtype=object), binary_data=binary
+    )
     index = triton_http.InferInput("index", [1], "INT32")
     index.set_data_from_numpy(np.array([1], np.int32), binary_data=binary)
-    result = client.infer("pick", [text, index], outputs=[
-        triton_http.InferRequestedOutput("picked", binary_data=binary)])
+    result = client.infer(
+        "pick",
+        [text, index],
+        outputs=[triton_http.InferRequestedOutput("picked", binary_data=binary)],
+    )
     got = result.as_numpy("picked")
     assert got.shape == (1, 2)
-    assert [x if isinstance(x, bytes) else x.encode() for x in got.ravel()] == \
-        ["dé".encode(), b"f"]
+    assert [x if isinstance(x, bytes) else x.encode() for x in got.ravel()] == ["dé".encode(), b"f"]
 
 
 # -- TFS gRPC ----------------------------------------------------------------------------------
@@ -262,8 +316,9 @@ def test_tritonclient_http_strings(server: Server, binary: bool) -> None:
 def test_ovmsclient_grpc_strings(server: Server) -> None:
     client = make_grpc_client(server.target)
     assert client.predict({"text": np.array([b"ab", b"cde"])}, "lengths").tolist() == [2, 3]
-    got = client.predict({"text": np.array([[b"x", NOT_UTF8]]),
-                          "index": np.array([0, 0], np.int32)}, "pick")
+    got = client.predict(
+        {"text": np.array([[b"x", NOT_UTF8]]), "index": np.array([0, 0], np.int32)}, "pick"
+    )
     assert got.tolist() == [[b"x", NOT_UTF8], [b"x", NOT_UTF8]]
 
 
@@ -335,9 +390,14 @@ def test_custom_node_strings_on_every_api(server: Server, kind: str) -> None:
     for binary in (True, False):
         text = triton_http.InferInput("text", [2], "BYTES")
         text.set_data_from_numpy(_objects(*words), binary_data=binary)
-        result = http.infer(name, [text], outputs=[
-            triton_http.InferRequestedOutput(out, binary_data=binary)
-            for out in ("texts", "lengths")])
+        result = http.infer(
+            name,
+            [text],
+            outputs=[
+                triton_http.InferRequestedOutput(out, binary_data=binary)
+                for out in ("texts", "lengths")
+            ],
+        )
         got = result.as_numpy("texts")
         assert [x if isinstance(x, bytes) else x.encode() for x in got] == expected_texts
         assert result.as_numpy("lengths").tolist() == expected_lengths
@@ -357,8 +417,10 @@ def test_custom_node_strings_on_every_api(server: Server, kind: str) -> None:
 def test_custom_node_non_string_objects_are_its_bug(server: Server) -> None:
     reply = _post(server, "/v1/models/upper_bad:predict", {"instances": ["ab"]})
     assert reply.status_code == 500
-    assert reply.json()["error"] == \
-        "Custom node upper output texts: string tensors hold str or bytes, not int"
+    assert (
+        reply.json()["error"]
+        == "Custom node upper output texts: string tensors hold str or bytes, not int"
+    )
 
 
 def test_demultiplexed_strings_gather_back(server: Server) -> None:

@@ -20,8 +20,9 @@ def answer(factor: float) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory,
-           server_factory: Callable[..., RunningServer]) -> RunningServer:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, server_factory: Callable[..., RunningServer]
+) -> RunningServer:
     root = tmp_path_factory.mktemp("versions")
     for version in (1, 2, 3):
         save_ir(models.scaler(float(version)), root / "scaler" / str(version))
@@ -34,15 +35,24 @@ def server(tmp_path_factory: pytest.TempPathFactory,
     save_ir(models.scaler(2.0), root / "broken" / "2")
     (root / "broken" / "3").mkdir(parents=True)
     (root / "broken" / "3" / "README.md").write_text("the model file is missing")
-    config = write_config(root / "config.json", [
-        {"name": "all", "base_path": "scaler", "model_version_policy": {"all": {}}},
-        {"name": "latest2", "base_path": "scaler",
-         "model_version_policy": {"latest": {"num_versions": 2}}},
-        {"name": "specific", "base_path": str(root / "scaler"),
-         "model_version_policy": {"specific": {"versions": [1, 3]}}},
-        {"name": "default", "base_path": "scaler"},
-        {"name": "broken", "base_path": "broken", "model_version_policy": {"all": {}}},
-    ])
+    config = write_config(
+        root / "config.json",
+        [
+            {"name": "all", "base_path": "scaler", "model_version_policy": {"all": {}}},
+            {
+                "name": "latest2",
+                "base_path": "scaler",
+                "model_version_policy": {"latest": {"num_versions": 2}},
+            },
+            {
+                "name": "specific",
+                "base_path": str(root / "scaler"),
+                "model_version_policy": {"specific": {"versions": [1, 3]}},
+            },
+            {"name": "default", "base_path": "scaler"},
+            {"name": "broken", "base_path": "broken", "model_version_policy": {"all": {}}},
+        ],
+    )
     return server_factory(config)
 
 
@@ -56,8 +66,7 @@ def predict(server: RunningServer, name: str, version: int | None) -> tuple[int,
 
 
 @pytest.mark.parametrize("name", sorted(SERVED))
-def test_each_served_version_answers_with_its_own_numbers(server: RunningServer,
-                                                         name: str) -> None:
+def test_each_served_version_answers_with_its_own_numbers(server: RunningServer, name: str) -> None:
     for version in SERVED[name]:
         assert predict(server, name, version) == (200, {"predictions": [answer(version)]})
 
@@ -66,9 +75,12 @@ def test_each_served_version_answers_with_its_own_numbers(server: RunningServer,
 def test_versions_outside_the_policy_are_not_found(server: RunningServer, name: str) -> None:
     for version in {1, 2, 3, 4} - set(SERVED[name]):
         path = f"/v1/models/{name}/versions/{version}"
-        for response in (server.post(path + ":predict", {"instances": [X]}),
-                         server.get(path + "/metadata"), server.get(path),
-                         server.get(f"/v2/models/{name}/versions/{version}")):
+        for response in (
+            server.post(path + ":predict", {"instances": [X]}),
+            server.get(path + "/metadata"),
+            server.get(path),
+            server.get(f"/v2/models/{name}/versions/{version}"),
+        ):
             assert response.status_code == 404, (path, response.text)
             assert error_of(response).startswith(NOT_FOUND)
         assert server.get(f"/v2/models/{name}/versions/{version}/ready").status_code == 404
@@ -83,8 +95,10 @@ def test_default_version_is_the_highest_served(server: RunningServer, name: str)
     metadata = server.get(f"/v1/models/{name}/metadata").json()
     assert metadata["modelSpec"]["version"] == str(highest)
     assert server.get(f"/v1/models/{name}/versions/0/metadata").json() == metadata
-    infer = server.post(f"/v2/models/{name}/infer", {"inputs": [
-        {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": X}]}).json()
+    infer = server.post(
+        f"/v2/models/{name}/infer",
+        {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": X}]},
+    ).json()
     assert infer["model_version"] == str(highest)
     assert infer["outputs"][0]["data"] == answer(highest)
 
@@ -93,9 +107,16 @@ def test_default_version_is_the_highest_served(server: RunningServer, name: str)
 def test_status_lists_exactly_the_served_versions(server: RunningServer, name: str) -> None:
     for path in (f"/v1/models/{name}", f"/v1/models/{name}/versions/0"):
         doc = server.get(path).json()
-        assert doc == {"model_version_status": [
-            {"version": str(v), "state": "AVAILABLE",
-             "status": {"error_code": "OK", "error_message": "OK"}} for v in SERVED[name]]}
+        assert doc == {
+            "model_version_status": [
+                {
+                    "version": str(v),
+                    "state": "AVAILABLE",
+                    "status": {"error_code": "OK", "error_message": "OK"},
+                }
+                for v in SERVED[name]
+            ]
+        }
     assert server.get(f"/v2/models/{name}").json()["versions"] == [str(v) for v in SERVED[name]]
 
 

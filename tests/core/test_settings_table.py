@@ -24,8 +24,13 @@ def test_the_readme_table_is_the_generated_one() -> None:
 
 def test_each_command_takes_its_flags() -> None:
     parser = cli._parser()
-    commands = {"serve": [], "invoke": ["GET", "/"], "export-blobs": ["out"],
-                "demo-repo": ["path"], "package": ["lambda-zip", "out.zip"]}
+    commands = {
+        "serve": [],
+        "invoke": ["GET", "/"],
+        "export-blobs": ["out"],
+        "demo-repo": ["path"],
+        "package": ["lambda-zip", "out.zip"],
+    }
     for command, positionals in commands.items():
         for setting in flagged(command):
             args = parser.parse_args([command, *positionals, f"{setting.flag}=DEBUG"])
@@ -47,8 +52,9 @@ def test_every_model_option_is_a_config_json_field() -> None:
 _SAMPLE = {"bool": "true", "integer": "3", "JSON": "{}"}
 
 
-@pytest.mark.parametrize("setting", [s for s in TABLE if s.target == MODEL_OPTION],
-                         ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "setting", [s for s in TABLE if s.target == MODEL_OPTION], ids=lambda s: s.name
+)
 def test_every_model_option_reads_its_flag_and_its_variable(setting: Setting) -> None:
     """The same value from `--name` and from `OVS_NAME`; a stateful-only knob is refused
     alike without `stateful`."""
@@ -66,11 +72,26 @@ def test_every_model_option_reads_its_flag_and_its_variable(setting: Setting) ->
 
 
 def test_server_flags_are_typed_and_checked_as_every_flag() -> None:
-    args = cli._parser().parse_args(["serve", "--port", "9000", "--grpc_channel_arguments",
-                                     "a=1,b=x", "--model_name", "m", "--model_path", "/m"])
+    args = cli._parser().parse_args(
+        [
+            "serve",
+            "--port",
+            "9000",
+            "--grpc_channel_arguments",
+            "a=1,b=x",
+            "--model_name",
+            "m",
+            "--model_path",
+            "/m",
+        ]
+    )
     cli._server_values(args)
     assert (args.port, args.rest_port, args.grpc_channel_arguments, args.log_path) == (
-        9000, 8000, [("a", 1), ("b", "x")], "")
+        9000,
+        8000,
+        [("a", 1), ("b", "x")],
+        "",
+    )
     assert cli._settings(args).model_name == "m"  # the server's values are not settings
     bad = cli._parser().parse_args(["serve", "--port", "x"])
     with pytest.raises(ConfigError, match="^--port: expected an integer, got 'x'$"):

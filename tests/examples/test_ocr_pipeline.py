@@ -29,8 +29,11 @@ def _tfs(data: bytes) -> dict[str, object]:
 
 def ocr(app: App, data: bytes) -> dict[str, np.ndarray]:
     outputs = doc(call(app, "POST", "/v1/models/ocr:predict", _tfs(data)))["outputs"]
-    return {"texts": np.asarray(outputs["texts"], dtype=object),
-            "boxes": np.asarray(outputs["boxes"]), "scores": np.asarray(outputs["scores"])}
+    return {
+        "texts": np.asarray(outputs["texts"], dtype=object),
+        "boxes": np.asarray(outputs["boxes"]),
+        "scores": np.asarray(outputs["scores"]),
+    }
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -38,8 +41,7 @@ def edit_distance(a: str, b: str) -> int:
     for i, ca in enumerate(a, 1):
         previous, row[0] = row[0], i
         for j, cb in enumerate(b, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1,
-                                           previous + (ca != cb))
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (ca != cb))
     return row[-1]
 
 
@@ -51,8 +53,10 @@ def assert_read(got: dict[str, np.ndarray], image: Rendered, max_cer: float) -> 
     for text, line, box in zip(texts, image.lines, got["boxes"], strict=True):
         assert text.replace(" ", "") == line.text.replace(" ", ""), (text, line.text)
         x1, y1, x2, y2 = line.box
-        assert box[0] <= x1 + 2 and box[1] <= y1 + 2 and box[2] >= x2 - 2 and box[3] >= y2 - 2, \
-            (box.tolist(), line)
+        assert box[0] <= x1 + 2 and box[1] <= y1 + 2 and box[2] >= x2 - 2 and box[3] >= y2 - 2, (
+            box.tolist(),
+            line,
+        )
         assert box[3] - box[1] <= 2.5 * (y2 - y1), (box.tolist(), line)  # one line, not two
     errors = sum(edit_distance(t, line.text) for t, line in zip(texts, image.lines, strict=True))
     assert errors / sum(len(line.text) for line in image.lines) <= max_cer, texts
@@ -61,14 +65,25 @@ def assert_read(got: dict[str, np.ndarray], image: Rendered, max_cer: float) -> 
 
 CASES = {
     "jpeg 640x480 dark on paper": dict(lines=LATIN, size=40),
-    "png 400x300 small digits": dict(lines=["0123456789", "3.14159 + 2.71828", "Quick Brown"],
-                                     size=24, canvas=(400, 300), background=(255, 255, 255),
-                                     ink=(0, 0, 0), fmt="PNG"),
-    "jpeg 1000x700 light on dark": dict(lines=LATIN[:3], size=60, canvas=(1000, 700),
-                                        background=(25, 30, 60), ink=(250, 240, 200)),
-    "png 800x600 white on blue": dict(lines=["OpenVINO Model Server", "ABCDEFG abcdefg 789"],
-                                      size=32, canvas=(800, 600), background=(40, 90, 160),
-                                      ink=(255, 255, 255), fmt="PNG"),
+    "png 400x300 small digits": dict(
+        lines=["0123456789", "3.14159 + 2.71828", "Quick Brown"],
+        size=24,
+        canvas=(400, 300),
+        background=(255, 255, 255),
+        ink=(0, 0, 0),
+        fmt="PNG",
+    ),
+    "jpeg 1000x700 light on dark": dict(
+        lines=LATIN[:3], size=60, canvas=(1000, 700), background=(25, 30, 60), ink=(250, 240, 200)
+    ),
+    "png 800x600 white on blue": dict(
+        lines=["OpenVINO Model Server", "ABCDEFG abcdefg 789"],
+        size=32,
+        canvas=(800, 600),
+        background=(40, 90, 160),
+        ink=(255, 255, 255),
+        fmt="PNG",
+    ),
 }
 
 
@@ -79,8 +94,14 @@ def test_rendered_lines_come_back(ocr_app: App, case: str) -> None:
 
 
 def test_a_chinese_phrase_comes_back_exactly(ocr_app: App) -> None:
-    image = render(["你好世界，光学字符识别", "开放源代码 2024"], font=cjk_font(36), size=36,
-                   background=(255, 255, 255), ink=(0, 0, 0), fmt="PNG")
+    image = render(
+        ["你好世界，光学字符识别", "开放源代码 2024"],
+        font=cjk_font(36),
+        size=36,
+        background=(255, 255, 255),
+        ink=(0, 0, 0),
+        fmt="PNG",
+    )
     got = ocr(ocr_app, image.data)
     texts = [t.replace(" ", "") for t in got["texts"]]
     assert texts == ["你好世界，光学字符识别", "开放源代码2024"]
@@ -93,8 +114,15 @@ def test_a_photo_of_a_page_gives_words_that_are_in_it(ocr_app: App) -> None:
     buffer = io.BytesIO()
     Image.fromarray(data.page()).save(buffer, format="PNG")
     words = " ".join(ocr(ocr_app, buffer.getvalue())["texts"])
-    for word in ("Region-based", "segmentation", "markers", "coins", "background",
-                 "histogram", "unambiguously"):
+    for word in (
+        "Region-based",
+        "segmentation",
+        "markers",
+        "coins",
+        "background",
+        "histogram",
+        "unambiguously",
+    ):
         assert word in words, words
 
 
@@ -113,13 +141,18 @@ def test_numbers_equal_the_steps_by_hand(ocr_app: App, ocr_root: Path) -> None:
     recognise = core.compile_model(str(ocr_root / "text_recognise/1/model.xml"), "CPU")
     with Image.open(io.BytesIO(image.data)) as decoded:  # as the server decodes: BGR
         pixels = np.asarray(decoded.convert("RGB"))[:, :, ::-1][None].copy()
-    found = boxes_node.execute({"image": pixels, "probabilities": detect(pixels)[0]}, {},
-                               boxes_node.initialize({"max_crops": "100"}))
+    found = boxes_node.execute(
+        {"image": pixels, "probabilities": detect(pixels)[0]},
+        {},
+        boxes_node.initialize({"max_crops": "100"}),
+    )
     characters = np.stack([recognise(crop)[0] for crop in found["crops"]])
     charset = decode_node.initialize(
-        {"charset_model": str(ocr_root / "text_recognise/1/model.xml")})
-    expected = decode_node.execute({"probabilities": characters, "boxes": found["boxes"]}, {},
-                                   charset)
+        {"charset_model": str(ocr_root / "text_recognise/1/model.xml")}
+    )
+    expected = decode_node.execute(
+        {"probabilities": characters, "boxes": found["boxes"]}, {}, charset
+    )
 
     assert got["texts"].tolist() == expected["texts"].tolist()
     np.testing.assert_array_equal(got["boxes"], expected["boxes"])
@@ -129,24 +162,37 @@ def test_numbers_equal_the_steps_by_hand(ocr_app: App, ocr_root: Path) -> None:
 def test_kserve_binary_gives_the_texts_as_bytes(ocr_app: App) -> None:
     image = render(LATIN[:2], size=40)
     element = struct.pack("<I", len(image.data)) + image.data  # BYTES: 4-byte length first
-    header = (b'{"inputs": [{"name": "image", "shape": [1], "datatype": "BYTES", '
-              b'"parameters": {"binary_data_size": %d}}]}' % len(element))
-    reply = call(ocr_app, "POST", "/v2/models/ocr/infer", header + element,
-                 {"Inference-Header-Content-Length": str(len(header))})
+    header = (
+        b'{"inputs": [{"name": "image", "shape": [1], "datatype": "BYTES", '
+        b'"parameters": {"binary_data_size": %d}}]}' % len(element)
+    )
+    reply = call(
+        ocr_app,
+        "POST",
+        "/v2/models/ocr/infer",
+        header + element,
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
     outputs = {o["name"]: o for o in doc(reply)["outputs"]}
     assert outputs["texts"]["datatype"] == "BYTES"
-    assert [t.replace(" ", "") for t in outputs["texts"]["data"]] == \
-        ["HelloOCR2024", "ServerlessOpenVINO"]
+    assert [t.replace(" ", "") for t in outputs["texts"]["data"]] == [
+        "HelloOCR2024",
+        "ServerlessOpenVINO",
+    ]
     assert outputs["boxes"]["shape"] == [2, 4] and outputs["scores"]["shape"] == [2]
 
 
 def test_metadata_names_the_answer(ocr_app: App) -> None:
     meta = doc(call(ocr_app, "GET", "/v2/models/ocr"))
     assert [(o["name"], o["datatype"], o["shape"]) for o in meta["outputs"]] == [
-        ("texts", "BYTES", [-1]), ("boxes", "INT32", [-1, 4]), ("scores", "FP32", [-1])]
+        ("texts", "BYTES", [-1]),
+        ("boxes", "INT32", [-1, 4]),
+        ("scores", "FP32", [-1]),
+    ]
 
 
 # -- bad input ------------------------------------------------------------------------------
+
 
 def test_not_an_image_is_a_400(ocr_app: App) -> None:
     reply = call(ocr_app, "POST", "/v1/models/ocr:predict", _tfs(b"%PDF-1.4 not an image"))
@@ -169,8 +215,9 @@ def test_an_image_over_the_pixel_limit_is_a_400(ocr_root: Path, tmp_path: Path) 
     small = replace(app.settings, limits=limits.Limits(max_image_pixels=1000 * 1000))
     try:
         app = App(app.manager, small)
-        reply = call(app, "POST", "/v1/models/ocr:predict",
-                     _tfs(render(LATIN[:1], canvas=(1200, 900)).data))
+        reply = call(
+            app, "POST", "/v1/models/ocr:predict", _tfs(render(LATIN[:1], canvas=(1200, 900)).data)
+        )
     finally:
         limits.configure(before)
     assert reply.status == 400
@@ -192,7 +239,8 @@ def test_more_boxes_than_max_crops_is_a_400(ocr_root: Path, tmp_path: Path) -> N
     app = app_for(config, tmp_path / "cache")
     reply = call(app, "POST", "/v1/models/ocr:predict", _tfs(render(LATIN[:3]).data))
     assert reply.status == 400
-    assert error(reply) == ("The image has 3 text boxes; this pipeline reads at most 2 "
-                            "(boxes node param max_crops)")
+    assert error(reply) == (
+        "The image has 3 text boxes; this pipeline reads at most 2 (boxes node param max_crops)"
+    )
     assert reply.status == 400
     assert doc(call(app, "POST", "/v1/models/ocr:predict", _tfs(render(LATIN[:2]).data)))

@@ -33,9 +33,15 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
 
 @pytest.fixture(scope="session")
 def small_server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = Server.start(repo / "config.json", tmp_path_factory.mktemp("grpc-small"),
-                           "--grpc_workers", "2", "--grpc_max_message_bytes", str(SMALL_LIMIT),
-                           rest=False)
+    running = Server.start(
+        repo / "config.json",
+        tmp_path_factory.mktemp("grpc-small"),
+        "--grpc_workers",
+        "2",
+        "--grpc_max_message_bytes",
+        str(SMALL_LIMIT),
+        rest=False,
+    )
     try:
         yield running
     finally:

@@ -38,8 +38,9 @@ def slow_model(size: int = 256, rounds: int = 192) -> ov.Model:
     is ~4x the work of a 48-round model's, so the calls stay long under the tests' batch cap."""
     x = ops.parameter([-1, size, size], np.float32, name="x")
     x.output(0).set_names({"x"})
-    weights = ops.constant(np.random.default_rng(0).normal(0, 0.05, (size, size))
-                           .astype(np.float32))
+    weights = ops.constant(
+        np.random.default_rng(0).normal(0, 0.05, (size, size)).astype(np.float32)
+    )
     y = x
     for _ in range(rounds):
         y = ops.tanh(ops.matmul(y, weights, False, False))
@@ -57,8 +58,9 @@ def build_repository(root: Path) -> Path:
     models.save(models.scaler(3.0), root / "scaler" / "2")
     models.save(slow_model(), root / "slow" / "1")
     (root / "empty").mkdir(parents=True, exist_ok=True)
-    entries: list[dict[str, Any]] = [{"config": {"name": name, "base_path": name}}
-                                     for name in MODELS]
+    entries: list[dict[str, Any]] = [
+        {"config": {"name": name, "base_path": name}} for name in MODELS
+    ]
     entries[MODELS.index("scaler")]["config"]["model_version_policy"] = {"all": {}}
     config = root / "config.json"
     config.write_text(json.dumps({"model_config_list": entries}))
@@ -106,13 +108,32 @@ class Server:
     def start(cls, config: Path, workdir: Path, *extra: str, rest: bool = True) -> Server:
         port, rest_port = free_port(), (free_port() if rest else 0)
         log = workdir / f"server-{port}.log"
-        cmd = [sys.executable, "-m", "handlers.cli", "serve", "--config_path", str(config),
-               "--port", str(port), "--rest_port", str(rest_port),
-               "--grpc_bind_address", "127.0.0.1", "--cache_dir", str(workdir / "cache"),
-               "--log_level", "WARNING", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "handlers.cli",
+            "serve",
+            "--config_path",
+            str(config),
+            "--port",
+            str(port),
+            "--rest_port",
+            str(rest_port),
+            "--grpc_bind_address",
+            "127.0.0.1",
+            "--cache_dir",
+            str(workdir / "cache"),
+            "--log_level",
+            "WARNING",
+            *extra,
+        ]
         with log.open("wb") as sink:
-            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            proc = subprocess.Popen(
+                cmd,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         server = cls(proc, port, rest_port, log)
         server.wait_serving()
         return server
@@ -123,8 +144,10 @@ class Server:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited with {self.proc.returncode}:\n"
-                                       + self.log.read_text()[-3000:])
+                    raise RuntimeError(
+                        f"server exited with {self.proc.returncode}:\n"
+                        + self.log.read_text()[-3000:]
+                    )
                 try:
                     reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:

@@ -22,9 +22,22 @@ SHAPES = [(1, 3, 64, 64), (4, 3, 32, 48), (1, 3, 224, 224), (2, 3, 64, 64)]
 def auto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("grpc-auto")
     save_ir(classifier(batch=1), root / "classifier" / "1")
-    (root / "config.json").write_text(json.dumps({"model_config_list": [
-        {"config": {"name": "shape_auto", "base_path": "classifier", "shape": "auto"}},
-        {"config": {"name": "batch_auto", "base_path": "classifier", "batch_size": "auto"}}]}))
+    (root / "config.json").write_text(
+        json.dumps(
+            {
+                "model_config_list": [
+                    {"config": {"name": "shape_auto", "base_path": "classifier", "shape": "auto"}},
+                    {
+                        "config": {
+                            "name": "batch_auto",
+                            "base_path": "classifier",
+                            "batch_size": "auto",
+                        }
+                    },
+                ]
+            }
+        )
+    )
     running = Server.start(root / "config.json", root, rest=False)
     try:
         yield running
@@ -63,5 +76,3 @@ def test_batch_auto_over_grpc(auto_server: Server) -> None:
         assert _input_shape(client, "batch_auto") == [batch, 3, 224, 224]
     with pytest.raises(ovmsclient.tfs_compat.base.errors.InvalidInputError):
         client.predict({"input": np.ones((2, 3, 100, 100), np.float32)}, "batch_auto")
-
-

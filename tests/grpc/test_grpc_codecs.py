@@ -29,8 +29,11 @@ def _proto(dtype: int, shape: tuple[int, ...], **fields: Any) -> tensor_pb2.Tens
     return proto
 
 
-@given(st.sampled_from(NUMERIC).flatmap(
-    lambda dtype: hnp.arrays(dtype, hnp.array_shapes(min_dims=0, max_dims=3, max_side=4))))
+@given(
+    st.sampled_from(NUMERIC).flatmap(
+        lambda dtype: hnp.arrays(dtype, hnp.array_shapes(min_dims=0, max_dims=3, max_side=4))
+    )
+)
 def test_tensor_content_round_trip(array: np.ndarray) -> None:
     proto = tensor_pb2.TensorProto()
     tfs_grpc.fill_proto(array, proto)
@@ -41,8 +44,9 @@ def test_tensor_content_round_trip(array: np.ndarray) -> None:
 
 def test_typed_fields() -> None:
     half = np.array([1.5, -2.0, 65504.0], np.float16)
-    got = tfs_grpc.to_numpy(_proto(types_pb2.DT_HALF, (3,),
-                                   half_val=half.view(np.uint16).tolist()), "h")
+    got = tfs_grpc.to_numpy(
+        _proto(types_pb2.DT_HALF, (3,), half_val=half.view(np.uint16).tolist()), "h"
+    )
     assert got.dtype == np.float16 and np.array_equal(got, half)
     got = tfs_grpc.to_numpy(_proto(types_pb2.DT_UINT8, (2, 2), int_val=[0, 1, 254, 255]), "u")
     assert got.dtype == np.uint8 and got.tolist() == [[0, 1], [254, 255]]
@@ -60,18 +64,25 @@ def test_content_is_a_view_not_a_copy() -> None:
     assert not array.flags.owndata and not array.flags.writeable
 
 
-@pytest.mark.parametrize(("proto", "message"), [
-    (_proto(types_pb2.DT_FLOAT, (2, 2), float_val=[1, 2, 3]),
-     "Invalid number of values in tensor proto container - Expected: 4; Actual: 3; "
-     "input name: x"),
-    (_proto(types_pb2.DT_FLOAT, (2, 2), tensor_content=b"\0" * 15),
-     "Invalid content size of tensor proto - Expected: 16 bytes; Actual: 15 bytes; "
-     "input name: x"),
-    (_proto(types_pb2.DT_STRING, (1,)), "String val is empty; input name: x"),
-    (_proto(types_pb2.DT_UINT8, (1,), int_val=[300]), "out of range"),
-    (_proto(types_pb2.DT_COMPLEX64, (1,), scomplex_val=[1, 2]), "DT_COMPLEX64"),
-    (_proto(types_pb2.DT_FLOAT, (-1, 4)), "Invalid shape"),
-])
+@pytest.mark.parametrize(
+    ("proto", "message"),
+    [
+        (
+            _proto(types_pb2.DT_FLOAT, (2, 2), float_val=[1, 2, 3]),
+            "Invalid number of values in tensor proto container - Expected: 4; Actual: 3; "
+            "input name: x",
+        ),
+        (
+            _proto(types_pb2.DT_FLOAT, (2, 2), tensor_content=b"\0" * 15),
+            "Invalid content size of tensor proto - Expected: 16 bytes; Actual: 15 bytes; "
+            "input name: x",
+        ),
+        (_proto(types_pb2.DT_STRING, (1,)), "String val is empty; input name: x"),
+        (_proto(types_pb2.DT_UINT8, (1,), int_val=[300]), "out of range"),
+        (_proto(types_pb2.DT_COMPLEX64, (1,), scomplex_val=[1, 2]), "DT_COMPLEX64"),
+        (_proto(types_pb2.DT_FLOAT, (-1, 4)), "Invalid shape"),
+    ],
+)
 def test_tensor_errors(proto: tensor_pb2.TensorProto, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message.replace("(", r"\(")):
         tfs_grpc.to_numpy(proto, "x")
@@ -81,8 +92,7 @@ def test_kserve_raw_bytes_and_contents() -> None:
     request = kfs.ModelInferRequest()
     request.inputs.add(name="s", datatype="BYTES", shape=[2])
     request.inputs.add(name="f", datatype="FP16", shape=[2])
-    request.raw_input_contents.append(b"".join(struct.pack("<I", len(x)) + x
-                                               for x in (b"ab", b"")))
+    request.raw_input_contents.append(b"".join(struct.pack("<I", len(x)) + x for x in (b"ab", b"")))
     request.raw_input_contents.append(np.array([1, 2], np.float16).tobytes())
     got = kserve_grpc.decode_inputs(request)
     assert got["s"].tolist() == [b"ab", b""] and got["f"].tolist() == [1.0, 2.0]
@@ -120,11 +130,14 @@ class _Servicer:
         raise request
 
 
-@pytest.mark.parametrize(("error", "code"), [
-    (ModelNotFoundError("m"), grpc.StatusCode.NOT_FOUND),
-    (InvalidInputError("bad"), grpc.StatusCode.INVALID_ARGUMENT),
-    (RuntimeError("bug"), grpc.StatusCode.INTERNAL),
-])
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (ModelNotFoundError("m"), grpc.StatusCode.NOT_FOUND),
+        (InvalidInputError("bad"), grpc.StatusCode.INVALID_ARGUMENT),
+        (RuntimeError("bug"), grpc.StatusCode.INTERNAL),
+    ],
+)
 def test_error_mapping(error: Exception, code: grpc.StatusCode) -> None:
     context = _Context()
     with pytest.raises(grpc.RpcError):

@@ -52,8 +52,7 @@ def test_tritonclient_requested_outputs_and_versions(server: Server) -> None:
     inputs = [triton.InferInput("a", [2, 4], "FP32"), triton.InferInput("b", [2, 4], "FP32")]
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(b)
-    result = client.infer("two_inputs", inputs,
-                          outputs=[triton.InferRequestedOutput("product")])
+    result = client.infer("two_inputs", inputs, outputs=[triton.InferRequestedOutput("product")])
     assert [o.name for o in result.get_response().outputs] == ["product"]
     assert np.allclose(result.as_numpy("product"), a * b)
     x = triton.InferInput("x", [1, 4], "FP32")
@@ -68,9 +67,13 @@ def test_tritonclient_metadata_and_readiness(server: Server) -> None:
     assert client.is_model_ready("classifier") and client.is_model_ready("scaler", "1")
     assert not client.is_model_ready("empty")
     meta = client.get_model_metadata("scaler", as_json=True)
-    assert meta == {"name": "scaler", "versions": ["1", "2"], "platform": "OpenVINO",
-                    "inputs": [{"name": "x", "datatype": "FP32", "shape": ["-1", "4"]}],
-                    "outputs": [{"name": "y", "datatype": "FP32", "shape": ["-1", "4"]}]}
+    assert meta == {
+        "name": "scaler",
+        "versions": ["1", "2"],
+        "platform": "OpenVINO",
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": ["-1", "4"]}],
+        "outputs": [{"name": "y", "datatype": "FP32", "shape": ["-1", "4"]}],
+    }
     assert client.get_server_metadata().name
     with pytest.raises(InferenceServerException, match="not found"):
         client.is_model_ready("missing")

@@ -33,8 +33,12 @@ from protos.gen.tensorflow_serving.apis import (
 from tests.grpc.conftest import SMALL_LIMIT
 from tests.grpc.helpers import Server
 
-SERVICES = {"tensorflow.serving.PredictionService", "tensorflow.serving.ModelService",
-            "inference.GRPCInferenceService", "grpc.health.v1.Health"}
+SERVICES = {
+    "tensorflow.serving.PredictionService",
+    "tensorflow.serving.ModelService",
+    "inference.GRPCInferenceService",
+    "grpc.health.v1.Health",
+}
 
 
 def _health(channel: grpc.Channel, service: str) -> int:
@@ -43,8 +47,10 @@ def _health(channel: grpc.Channel, service: str) -> int:
 
 
 def test_health_overall_and_per_model(channel: grpc.Channel) -> None:
-    serving, not_serving = (health_pb2.HealthCheckResponse.SERVING,
-                            health_pb2.HealthCheckResponse.NOT_SERVING)
+    serving, not_serving = (
+        health_pb2.HealthCheckResponse.SERVING,
+        health_pb2.HealthCheckResponse.NOT_SERVING,
+    )
     assert _health(channel, "") == serving
     assert _health(channel, "classifier") == serving
     assert _health(channel, "scaler") == serving
@@ -64,12 +70,17 @@ def test_reflection_lists_and_describes_services(channel: grpc.Channel) -> None:
     for name in SERVICES:
         assert described.FindServiceByName(name).methods
     predict = described.FindMethodByName("tensorflow.serving.PredictionService.Predict")
-    assert predict.input_type.fields_by_name["inputs"].message_type.fields_by_name["value"] \
-        .message_type.full_name == "tensorflow.TensorProto"
+    assert (
+        predict.input_type.fields_by_name["inputs"]
+        .message_type.fields_by_name["value"]
+        .message_type.full_name
+        == "tensorflow.TensorProto"
+    )
 
 
-def _scaler_request(model: str = "scaler", version: int = 0,
-                    shape: tuple[int, ...] = (1, 4)) -> predict_pb2.PredictRequest:
+def _scaler_request(
+    model: str = "scaler", version: int = 0, shape: tuple[int, ...] = (1, 4)
+) -> predict_pb2.PredictRequest:
     x = np.ones(shape, np.float32)
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model
@@ -104,24 +115,51 @@ def test_errors_then_a_good_call(channel: grpc.Channel) -> None:
     renamed.inputs["z"].CopyFrom(renamed.inputs.pop("x"))
     kserve_bad = kfs.ModelInferRequest(model_name="scaler", model_version="x1")
     cases: list[tuple[Callable[[], object], grpc.StatusCode, str]] = [
-        (lambda: stub.Predict(_scaler_request("missing"), timeout=5),
-         grpc.StatusCode.NOT_FOUND, "name: missing"),
-        (lambda: stub.Predict(_scaler_request(version=9), timeout=5),
-         grpc.StatusCode.NOT_FOUND, "version: 9"),
-        (lambda: stub.Predict(_scaler_request(shape=(1, 5)), timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "input name: x"),
-        (lambda: stub.Predict(bad_values, timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "Expected: 16 bytes; Actual: 12 bytes; input name: x"),
-        (lambda: stub.Predict(wrong_count, timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "Expected: 4; Actual: 2; input name: x"),
-        (lambda: stub.Predict(renamed, timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "Required input: x"),
-        (lambda: stub.GetModelMetadata(metadata, timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "Invalid signature name"),
-        (lambda: stub.Predict(_scaler_request("empty"), timeout=5),
-         grpc.StatusCode.UNAVAILABLE, "empty"),
-        (lambda: kserve.ModelInfer(kserve_bad, timeout=5),
-         grpc.StatusCode.INVALID_ARGUMENT, "invalid format"),
+        (
+            lambda: stub.Predict(_scaler_request("missing"), timeout=5),
+            grpc.StatusCode.NOT_FOUND,
+            "name: missing",
+        ),
+        (
+            lambda: stub.Predict(_scaler_request(version=9), timeout=5),
+            grpc.StatusCode.NOT_FOUND,
+            "version: 9",
+        ),
+        (
+            lambda: stub.Predict(_scaler_request(shape=(1, 5)), timeout=5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "input name: x",
+        ),
+        (
+            lambda: stub.Predict(bad_values, timeout=5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "Expected: 16 bytes; Actual: 12 bytes; input name: x",
+        ),
+        (
+            lambda: stub.Predict(wrong_count, timeout=5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "Expected: 4; Actual: 2; input name: x",
+        ),
+        (
+            lambda: stub.Predict(renamed, timeout=5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "Required input: x",
+        ),
+        (
+            lambda: stub.GetModelMetadata(metadata, timeout=5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "Invalid signature name",
+        ),
+        (
+            lambda: stub.Predict(_scaler_request("empty"), timeout=5),
+            grpc.StatusCode.UNAVAILABLE,
+            "empty",
+        ),
+        (
+            lambda: kserve.ModelInfer(kserve_bad, timeout=5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid format",
+        ),
     ]
     for call, code, text in cases:
         got_code, details = _code(call)
@@ -134,8 +172,10 @@ def test_grpc_calls_counted_in_metrics(channel: grpc.Channel, server: Server) ->
     stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
     stub.Predict(_scaler_request(version=1), timeout=5)
     text = requests.get(f"http://127.0.0.1:{server.rest_port}/metrics", timeout=5).text
-    assert ('ovms_requests_success{api="TensorFlowServing",interface="gRPC",'
-            'method="Predict",name="scaler",version="1"}') in text
+    assert (
+        'ovms_requests_success{api="TensorFlowServing",interface="gRPC",'
+        'method="Predict",name="scaler",version="1"}'
+    ) in text
 
 
 def test_oversized_message_resource_exhausted(small_server: Server) -> None:
@@ -155,8 +195,10 @@ def test_requests_beyond_workers_queue(small_server: Server) -> None:
         request = _slow_request(1)
 
         def client(_: int) -> int:
-            return sum(len(stub.Predict(request, timeout=60).outputs["y"].tensor_content) == 4
-                       for _ in range(12))
+            return sum(
+                len(stub.Predict(request, timeout=60).outputs["y"].tensor_content) == 4
+                for _ in range(12)
+            )
 
         with futures.ThreadPoolExecutor(8) as pool:
             assert list(pool.map(client, range(8))) == [12] * 8
@@ -172,8 +214,12 @@ def test_grpc_max_threads_runs_one_call_at_a_time(repo: Path, tmp_path: Path) ->
             request = _slow_request(4)
             stub.Predict(request, timeout=60)  # warm-up
             single = min(_timed(lambda: stub.Predict(request, timeout=60)) for _ in range(3))
-            burst = _timed(lambda: [call.result() for call in
-                                    [stub.Predict.future(request, timeout=60) for _ in range(4)]])
+            burst = _timed(
+                lambda: [
+                    call.result()
+                    for call in [stub.Predict.future(request, timeout=60) for _ in range(4)]
+                ]
+            )
             assert burst >= 3.2 * single, (burst, single)
     finally:
         server.stop()
@@ -201,8 +247,15 @@ def test_sigterm_drains_in_flight_calls(repo: Path, tmp_path: Path) -> None:
     """10 calls of ~0.3 s each on 2 workers, some still queued; SIGTERM; all 10 answer, exit
     code 0."""
     grace = 15.0
-    server = Server.start(repo / "config.json", tmp_path, "--grpc_workers", "2",
-                          "--shutdown_grace_seconds", str(grace), rest=False)
+    server = Server.start(
+        repo / "config.json",
+        tmp_path,
+        "--grpc_workers",
+        "2",
+        "--shutdown_grace_seconds",
+        str(grace),
+        rest=False,
+    )
     try:
         with grpc.insecure_channel(server.target) as channel:
             stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
@@ -236,10 +289,28 @@ def test_sigterm_drains_in_flight_calls(repo: Path, tmp_path: Path) -> None:
 def test_port_in_use_is_an_error(small_server: Server, repo: Path, tmp_path: Path) -> None:
     """SO_REUSEPORT is off: a second server on a taken port exits 1 instead of sharing it."""
     proc = subprocess.run(
-        [sys.executable, "-m", "handlers.cli", "serve", "--config_path",
-         str(repo / "config.json"), "--port", str(small_server.port), "--rest_port", "0",
-         "--grpc_bind_address", "127.0.0.1", "--cache_dir", str(tmp_path), "--log_level", "ERROR"],
-        capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "handlers.cli",
+            "serve",
+            "--config_path",
+            str(repo / "config.json"),
+            "--port",
+            str(small_server.port),
+            "--rest_port",
+            "0",
+            "--grpc_bind_address",
+            "127.0.0.1",
+            "--cache_dir",
+            str(tmp_path),
+            "--log_level",
+            "ERROR",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "could not bind" in proc.stderr
 
@@ -249,33 +320,44 @@ def test_grpc_only_mode_serves_metrics_on_its_own_port(repo: Path, tmp_path: Pat
     from tests.grpc.helpers import free_port
 
     metrics_port = free_port()
-    running = Server.start(repo / "config.json", tmp_path, "--metrics_port", str(metrics_port),
-                           rest=False)
+    running = Server.start(
+        repo / "config.json", tmp_path, "--metrics_port", str(metrics_port), rest=False
+    )
     try:
         with grpc.insecure_channel(running.target) as channel:
             stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
             stub.Predict(_scaler_request(version=1), timeout=5)
         base = f"http://127.0.0.1:{metrics_port}"
         text = requests.get(base + "/metrics", timeout=5).text
-        assert ('ovms_requests_success{api="TensorFlowServing",interface="gRPC",'
-                'method="Predict",name="scaler",version="1"}') in text
+        assert (
+            'ovms_requests_success{api="TensorFlowServing",interface="gRPC",'
+            'method="Predict",name="scaler",version="1"}'
+        ) in text
         assert requests.get(base + "/v1/config", timeout=5).status_code == 404
     finally:
         running.stop()
 
 
 def test_grpc_only_mode_takes_ovms_channel_arguments_and_metrics_list(
-        repo: Path, tmp_path: Path) -> None:
+    repo: Path, tmp_path: Path
+) -> None:
     """--grpc_channel_arguments reach the server (over our own message limit), and the
     metrics port serves only the --metrics_list families."""
     from tests.grpc.helpers import free_port
 
     metrics_port = free_port()
-    running = Server.start(repo / "config.json", tmp_path, "--metrics_port", str(metrics_port),
-                           "--grpc_channel_arguments",
-                           "grpc.max_receive_message_length=4096, grpc.keepalive_time_ms=60000",
-                           "--metrics_enable", "--metrics_list", "ovms_requests_fail",
-                           rest=False)
+    running = Server.start(
+        repo / "config.json",
+        tmp_path,
+        "--metrics_port",
+        str(metrics_port),
+        "--grpc_channel_arguments",
+        "grpc.max_receive_message_length=4096, grpc.keepalive_time_ms=60000",
+        "--metrics_enable",
+        "--metrics_list",
+        "ovms_requests_fail",
+        rest=False,
+    )
     try:
         with grpc.insecure_channel(running.target) as channel:
             stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)

@@ -54,13 +54,16 @@ def test_ovmsclient_versions(server: Server) -> None:
 def test_ovmsclient_metadata_and_status(server: Server) -> None:
     client = ovmsclient.make_grpc_client(server.target)
     meta = client.get_model_metadata("classifier")
-    assert meta == {"model_version": 1,
-                    "inputs": {"input": {"shape": [-1, 3, 224, 224], "dtype": "DT_FLOAT"}},
-                    "outputs": {"probabilities": {"shape": [-1, 1000], "dtype": "DT_FLOAT"}}}
+    assert meta == {
+        "model_version": 1,
+        "inputs": {"input": {"shape": [-1, 3, 224, 224], "dtype": "DT_FLOAT"}},
+        "outputs": {"probabilities": {"shape": [-1, 1000], "dtype": "DT_FLOAT"}},
+    }
     assert client.get_model_metadata("scaler", 1)["model_version"] == 1
     status = client.get_model_status("scaler")
-    assert status == {v: {"state": "AVAILABLE", "error_code": 0, "error_message": "OK"}
-                      for v in (1, 2)}
+    assert status == {
+        v: {"state": "AVAILABLE", "error_code": 0, "error_message": "OK"} for v in (1, 2)
+    }
     assert list(client.get_model_status("scaler", 1)) == [1]
 
 
@@ -75,8 +78,9 @@ def test_ovmsclient_errors(server: Server) -> None:
 # -- plain stubs ----------------------------------------------------------------------------------
 
 
-def _request(name: str, version: int = 0, **inputs: tensor_pb2.TensorProto
-             ) -> predict_pb2.PredictRequest:
+def _request(
+    name: str, version: int = 0, **inputs: tensor_pb2.TensorProto
+) -> predict_pb2.PredictRequest:
     request = predict_pb2.PredictRequest()
     request.model_spec.name = name
     if version:
@@ -143,8 +147,9 @@ def test_stub_metadata_and_status(channel: grpc.Channel) -> None:
         (1, get_model_status_pb2.ModelVersionStatus.AVAILABLE, "OK"),
         (2, get_model_status_pb2.ModelVersionStatus.AVAILABLE, "OK"),
     ]
-    reload = models.HandleReloadConfigRequest(model_management_pb2.ReloadConfigRequest(),
-                                              timeout=30)
+    reload = models.HandleReloadConfigRequest(
+        model_management_pb2.ReloadConfigRequest(), timeout=30
+    )
     assert reload.status.error_code == 0
 
 

@@ -31,20 +31,29 @@ def main() -> int:
     functions = index_function_app(str(app_dir / "function_app.py"))
     out: dict[str, object] = {"functions": [], "calls": []}
     for function in functions:
-        out["functions"].append({  # type: ignore[union-attr]
-            "name": function.get_function_name(),
-            "bindings": [json.loads(b) for b in function.get_raw_bindings()],
-        })
+        out["functions"].append(
+            {  # type: ignore[union-attr]
+                "name": function.get_function_name(),
+                "bindings": [json.loads(b) for b in function.get_raw_bindings()],
+            }
+        )
     (function,) = functions
     for spec in sys.argv[2:]:
         method, path, *body = spec.split(" ", 2)
-        request = func.HttpRequest(method, f"https://app.azurewebsites.net{path}",
-                                   body=(body[0] if body else "").encode(),
-                                   headers={"content-type": "application/json"},
-                                   route_params={"path": path[1:]})
+        request = func.HttpRequest(
+            method,
+            f"https://app.azurewebsites.net{path}",
+            body=(body[0] if body else "").encode(),
+            headers={"content-type": "application/json"},
+            route_params={"path": path[1:]},
+        )
         response = function.get_user_function()(request, Context())
-        out["calls"].append({  # type: ignore[union-attr]
-            "status": response.status_code, "body": response.get_body().decode()})
+        out["calls"].append(
+            {  # type: ignore[union-attr]
+                "status": response.status_code,
+                "body": response.get_body().decode(),
+            }
+        )
     print(json.dumps(out))
     return 0
 

@@ -35,11 +35,13 @@ from demo.models import classifier, save, scaler, two_inputs
 EVENTS = Path(__file__).parents[1] / "events"
 ROOT = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
-CONFIG = {"model_config_list": [
-    {"config": {"name": "classifier", "base_path": "classifier"}},
-    {"config": {"name": "two_inputs", "base_path": "two_inputs"}},
-    {"config": {"name": "scaler", "base_path": "scaler"}},
-]}
+CONFIG = {
+    "model_config_list": [
+        {"config": {"name": "classifier", "base_path": "classifier"}},
+        {"config": {"name": "two_inputs", "base_path": "two_inputs"}},
+        {"config": {"name": "scaler", "base_path": "scaler"}},
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,15 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
     return Repo(root / "config.json", root / "cache", xml)
 
 
-_CLEARED = ("OVS_MODEL_NAME", "OVS_MODEL_PATH", "OVS_LAZY_LOAD", "OVS_MAX_REQUEST_BYTES",
-            "OVS_BASE_PATH", "OVS_AZURE_AUTH_LEVEL", "AWS_LAMBDA_FUNCTION_NAME")
+_CLEARED = (
+    "OVS_MODEL_NAME",
+    "OVS_MODEL_PATH",
+    "OVS_LAZY_LOAD",
+    "OVS_MAX_REQUEST_BYTES",
+    "OVS_BASE_PATH",
+    "OVS_AZURE_AUTH_LEVEL",
+    "AWS_LAMBDA_FUNCTION_NAME",
+)
 
 
 @pytest.fixture
@@ -79,9 +88,15 @@ def serving_env(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPat
 
 # -- events ------------------------------------------------------------------------------------
 
-def load_event(name: str, path: str | None = None, body: bytes | str | None = None,
-               base64: bool = False, method: str | None = None,
-               headers: dict[str, str] | None = None) -> dict[str, Any]:
+
+def load_event(
+    name: str,
+    path: str | None = None,
+    body: bytes | str | None = None,
+    base64: bool = False,
+    method: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A sample event (`powertools/albEvent`) re-pointed at `path` with `body`."""
     event: dict[str, Any] = json.loads((EVENTS / f"{name}.json").read_text())
     context = event.setdefault("requestContext", {})
@@ -147,6 +162,7 @@ def reply_headers(reply: dict[str, Any]) -> dict[str, str]:
 
 # -- the same requests for every transport -----------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Call:
     name: str
@@ -196,38 +212,80 @@ def jpeg() -> tuple[bytes, np.ndarray]:
 
 
 def kserve_binary(x: np.ndarray) -> tuple[bytes, dict[str, str]]:
-    header = orjson.dumps({
-        "inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32",
-                    "parameters": {"binary_data_size": x.nbytes}}],
-        "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}}]})
-    return header + x.tobytes(), {"Content-Type": "application/octet-stream",
-                                  "Inference-Header-Content-Length": str(len(header))}
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}}],
+        }
+    )
+    return header + x.tobytes(), {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(header)),
+    }
 
 
 @pytest.fixture(scope="session")
-def contract_calls(tensor: np.ndarray, jpeg: tuple[bytes, np.ndarray],
-                   reference: Callable[[np.ndarray], np.ndarray]) -> list[Call]:
+def contract_calls(
+    tensor: np.ndarray,
+    jpeg: tuple[bytes, np.ndarray],
+    reference: Callable[[np.ndarray], np.ndarray],
+) -> list[Call]:
     image, image_tensor = jpeg
     expected = reference(tensor)
     binary, binary_headers = kserve_binary(tensor)
     json_headers = {"Content-Type": "application/json"}
-    kserve_json = orjson.dumps({"inputs": [{"name": "input", "shape": [1, 3, 224, 224],
-                                            "datatype": "FP32",
-                                            "data": tensor.ravel().tolist()}]})
+    kserve_json = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": [1, 3, 224, 224],
+                    "datatype": "FP32",
+                    "data": tensor.ravel().tolist(),
+                }
+            ]
+        }
+    )
     return [
-        Call("tfs-row", "POST", "/v1/models/classifier:predict",
-             orjson.dumps({"instances": tensor.tolist()}), json_headers, expected),
-        Call("tfs-jpeg", "POST", "/v1/models/classifier:predict",
-             orjson.dumps({"instances": [{"b64": _b64(image)}]}), json_headers,
-             reference(image_tensor)),
-        Call("kserve-json", "POST", "/v2/models/classifier/infer", kserve_json, json_headers,
-             expected),
-        Call("kserve-binary", "POST", "/v2/models/classifier/infer", binary, binary_headers,
-             expected),
+        Call(
+            "tfs-row",
+            "POST",
+            "/v1/models/classifier:predict",
+            orjson.dumps({"instances": tensor.tolist()}),
+            json_headers,
+            expected,
+        ),
+        Call(
+            "tfs-jpeg",
+            "POST",
+            "/v1/models/classifier:predict",
+            orjson.dumps({"instances": [{"b64": _b64(image)}]}),
+            json_headers,
+            reference(image_tensor),
+        ),
+        Call(
+            "kserve-json",
+            "POST",
+            "/v2/models/classifier/infer",
+            kserve_json,
+            json_headers,
+            expected,
+        ),
+        Call(
+            "kserve-binary", "POST", "/v2/models/classifier/infer", binary, binary_headers, expected
+        ),
     ]
 
 
 # -- long-running subprocess servers -----------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -251,8 +309,17 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path, timeout: fl
 
 def ff_command(port: int) -> list[str]:
     """The REAL functions-framework CLI serving handlers.cloud_run (as infra/cloudrun runs it)."""
-    return [str(BIN / "functions-framework"), "--source", "handlers/cloud_run.py",
-            "--target", "predict", "--host", "127.0.0.1", "--port", str(port)]
+    return [
+        str(BIN / "functions-framework"),
+        "--source",
+        "handlers/cloud_run.py",
+        "--target",
+        "predict",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
 
 
 def server_env(repo: Repo, **extra: str) -> dict[str, str]:
@@ -260,18 +327,26 @@ def server_env(repo: Repo, **extra: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def running(commands: dict[str, tuple[list[str], int]], env: dict[str, str], logs: Path
-            ) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+def running(
+    commands: dict[str, tuple[list[str], int]], env: dict[str, str], logs: Path
+) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     """Start every `name: (command, port)`, wait for each /v2/health/ready; stop them after."""
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for name, (cmd, _) in commands.items():
             with (logs / f"{name}.log").open("wb") as out:
-                procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out,
-                                               stderr=subprocess.STDOUT, start_new_session=True)
+                procs[name] = subprocess.Popen(
+                    cmd,
+                    cwd=ROOT,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         for name, proc in procs.items():
-            _wait_ready(f"http://127.0.0.1:{commands[name][1]}", proc, logs / f"{name}.log",
-                        timeout=60)
+            _wait_ready(
+                f"http://127.0.0.1:{commands[name][1]}", proc, logs / f"{name}.log", timeout=60
+            )
         yield procs
     finally:
         for proc in procs.values():
@@ -292,9 +367,19 @@ def servers(repo: Repo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
     ports = {"cloud_run": free_port(), "server": free_port()}
     commands = {
         "cloud_run": (ff_command(ports["cloud_run"]), ports["cloud_run"]),
-        "server": ([str(BIN / "ov-serverless"), "serve", "--rest_port", str(ports["server"]),
-                    "--config_path", str(repo.config), "--log_level", "WARNING"],
-                   ports["server"]),
+        "server": (
+            [
+                str(BIN / "ov-serverless"),
+                "serve",
+                "--rest_port",
+                str(ports["server"]),
+                "--config_path",
+                str(repo.config),
+                "--log_level",
+                "WARNING",
+            ],
+            ports["server"],
+        ),
     }
     with running(commands, server_env(repo), tmp_path_factory.mktemp("server-logs")):
         yield {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}

@@ -88,8 +88,11 @@ def probe(spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
         return result | {"ok": result["status"] == "SERVING"}
     if kind == "post":
         request = urllib.request.Request(
-            f"http://{POD_IP}:{spec['port']}{spec['path']}", data=spec["body"].encode(),
-            headers={"Content-Type": "application/json"}, method="POST")
+            f"http://{POD_IP}:{spec['port']}{spec['path']}",
+            data=spec["body"].encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as reply:
                 result = {"status": reply.status, "body": reply.read().decode()}
@@ -110,8 +113,9 @@ def main() -> int:
         argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
     env = spec["env"]
     with open(spec["log"], "wb") as log:
-        server = subprocess.Popen(argv, env=env, cwd=spec["cwd"], stdout=log,
-                                  stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            argv, env=env, cwd=spec["cwd"], stdout=log, stderr=subprocess.STDOUT
+        )
     results: dict[str, Any] = {"pod_ip": POD_IP, "probes": []}
     deadline = time.monotonic() + spec["timeout"]
     try:

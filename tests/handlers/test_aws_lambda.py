@@ -55,8 +55,9 @@ def test_every_source_routes_metadata_and_predict(aws: LambdaHandler, name: str)
     assert meta["statusCode"] == 200
     assert orjson.loads(reply_body(meta))["inputs"][0]["shape"] == [-1, 3, 224, 224]
     for encoded in (False, True):
-        event = load_event(name, "/v1/models/scaler:predict", SCALER_BODY, base64=encoded,
-                           method="POST")
+        event = load_event(
+            name, "/v1/models/scaler:predict", SCALER_BODY, base64=encoded, method="POST"
+        )
         reply = invoke(aws, event)
         assert reply["statusCode"] == 200, reply
         assert orjson.loads(reply_body(reply)) == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}
@@ -74,8 +75,13 @@ def test_reply_shape_matches_the_source(aws: LambdaHandler, name: str) -> None:
         assert ("multiValueHeaders" in reply) is (name in ALB_MULTI)
         assert ("headers" in reply) is (name in ALB)
     elif name in REST_V1:
-        assert set(reply) == {"statusCode", "headers", "multiValueHeaders", "body",
-                              "isBase64Encoded"}
+        assert set(reply) == {
+            "statusCode",
+            "headers",
+            "multiValueHeaders",
+            "body",
+            "isBase64Encoded",
+        }
     else:
         assert set(reply) == {"statusCode", "headers", "body", "isBase64Encoded"}
 
@@ -110,11 +116,18 @@ def load_event_from(event: dict[str, Any], raw_path: str) -> dict[str, Any]:
     return event
 
 
-def test_binary_kserve_reply_is_base64(aws: LambdaHandler, tensor: np.ndarray,
-                                       reference: Callable[[np.ndarray], np.ndarray]) -> None:
+def test_binary_kserve_reply_is_base64(
+    aws: LambdaHandler, tensor: np.ndarray, reference: Callable[[np.ndarray], np.ndarray]
+) -> None:
     body, headers = kserve_binary(tensor)
-    event = load_event("powertools/lambdaFunctionUrlEvent", "/v2/models/classifier/infer", body,
-                       base64=True, method="POST", headers=headers)
+    event = load_event(
+        "powertools/lambdaFunctionUrlEvent",
+        "/v2/models/classifier/infer",
+        body,
+        base64=True,
+        method="POST",
+        headers=headers,
+    )
     reply = invoke(aws, event)
     assert reply["statusCode"] == 200 and reply["isBase64Encoded"] is True
     head = reply_headers(reply)
@@ -169,13 +182,15 @@ def test_reply_over_the_source_limit_is_a_clear_413(aws: LambdaHandler) -> None:
     message = orjson.loads(reply_body(reply))["error"]
     assert message.startswith("Response of ") and f"limit of {ALB_PAYLOAD} bytes" in message
     assert "ALB" in message
-    reply = invoke(aws, load_event(FUNCTION_URL[0], "/v1/models/scaler:predict", body,
-                                   method="POST"))
+    reply = invoke(
+        aws, load_event(FUNCTION_URL[0], "/v1/models/scaler:predict", body, method="POST")
+    )
     assert reply["statusCode"] == 200 and len(json.dumps(reply)) > ALB_PAYLOAD
 
     big = _rows(400_000)  # 4 MB in, 7.2 MB out: over Lambda's 6 MB response payload
-    reply = invoke(aws, load_event(FUNCTION_URL[0], "/v1/models/scaler:predict", big,
-                                   method="POST"))
+    reply = invoke(
+        aws, load_event(FUNCTION_URL[0], "/v1/models/scaler:predict", big, method="POST")
+    )
     assert reply["statusCode"] == 413
     message = orjson.loads(reply_body(reply))["error"]
     assert f"limit of {LAMBDA_PAYLOAD} bytes" in message and "Function URL" in message
@@ -192,8 +207,9 @@ def test_bad_base64_and_unknown_route(aws: LambdaHandler) -> None:
 
 
 def test_direct_invoke(aws: LambdaHandler) -> None:
-    reply = invoke(aws, {"path": "/v1/models/scaler:predict",
-                         "body": {"instances": [[1, 1, 1, 1]]}})
+    reply = invoke(
+        aws, {"path": "/v1/models/scaler:predict", "body": {"instances": [[1, 1, 1, 1]]}}
+    )
     assert reply["statusCode"] == 200
     assert orjson.loads(reply["body"]) == {"predictions": [[2.0, 2.0, 2.0, 2.0]]}
     assert invoke(aws, {"path": "/v2/models/scaler"})["statusCode"] == 200
@@ -202,19 +218,23 @@ def test_direct_invoke(aws: LambdaHandler) -> None:
 
 
 def _servables(app: core.api.App) -> dict[str, tuple[object, dict[str, float]]]:
-    return {f"{name}/{number}": (version, dict(version.timings))
-            for name, served in app.manager.models.items()
-            for number, version in served.versions.items()}
+    return {
+        f"{name}/{number}": (version, dict(version.timings))
+        for name, served in app.manager.models.items()
+        for number, version in served.versions.items()
+    }
 
 
 def test_init_phase_builds_app_and_warm_calls_reuse_it(
-        aws: LambdaHandler, capsys: pytest.CaptureFixture[str]) -> None:
+    aws: LambdaHandler, capsys: pytest.CaptureFixture[str]
+) -> None:
     app = core.api._default_app
     assert app is not None  # compiled by build() = the Lambda init phase
     before = _servables(app)
     assert all(timings["compile_s"] > 0 for _, timings in before.values())
-    event = load_event("powertools/apiGatewayProxyV2Event", "/v1/models/scaler:predict",
-                       SCALER_BODY)
+    event = load_event(
+        "powertools/apiGatewayProxyV2Event", "/v1/models/scaler:predict", SCALER_BODY
+    )
     assert invoke(aws, event)["statusCode"] == 200
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     (cold,) = [line["ov_serverless_cold_start"] for line in lines]
@@ -232,13 +252,15 @@ def test_init_phase_builds_app_and_warm_calls_reuse_it(
         assert version is before[key][0] and timings == before[key][1]  # no reload/recompile
 
 
-def test_lazy_load_builds_on_first_call(serving_env: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_lazy_load_builds_on_first_call(
+    serving_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     serving_env.setenv("OVS_LAZY_LOAD", "1")
     aws = build()
     assert core.api._default_app is None and "init_s" not in aws.cold_start
-    event = load_event("powertools/apiGatewayProxyV2Event", "/v1/models/scaler:predict",
-                       SCALER_BODY)
+    event = load_event(
+        "powertools/apiGatewayProxyV2Event", "/v1/models/scaler:predict", SCALER_BODY
+    )
     assert invoke(aws, event)["statusCode"] == 200
     cold = json.loads(capsys.readouterr().out)["ov_serverless_cold_start"]
     assert cold["lazy_load"] is True and "compile_s" in cold["models"]["scaler/1"]

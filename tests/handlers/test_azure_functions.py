@@ -28,10 +28,20 @@ def azure(serving_env: pytest.MonkeyPatch) -> Function:
     return function
 
 
-def call(function: Function, method: str, path: str, body: bytes = b"",
-         headers: dict[str, str] | None = None) -> func.HttpResponse:
-    request = func.HttpRequest(method, f"https://ovs.azurewebsites.net{path}", body=body,
-                               headers=headers or {}, route_params={"path": path[1:]})
+def call(
+    function: Function,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+) -> func.HttpResponse:
+    request = func.HttpRequest(
+        method,
+        f"https://ovs.azurewebsites.net{path}",
+        body=body,
+        headers=headers or {},
+        route_params={"path": path[1:]},
+    )
     response: func.HttpResponse = function.get_user_function()(request, AzureContext())
     return response
 
@@ -54,10 +64,19 @@ def test_importing_the_module_does_no_work() -> None:
         "print(json.dumps([app is module.app, len(app.get_functions()),\n"
         "                  logging.getLogger().level]))\n"
     )
-    env = {"PYTHONPATH": str(ROOT), "OVS_CONFIG_PATH": "/nonexistent/config.json",
-           "OVS_LOG_LEVEL": "ERROR"}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
-                         text=True, timeout=120, check=True)
+    env = {
+        "PYTHONPATH": str(ROOT),
+        "OVS_CONFIG_PATH": "/nonexistent/config.json",
+        "OVS_LOG_LEVEL": "ERROR",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     imported, looked_up = out.stdout.splitlines()
     assert json.loads(imported) == [True, 30, False]  # the root logger's default, WARNING
     assert json.loads(looked_up) == [True, 1, 40]  # OVS_LOG_LEVEL applied by the build
@@ -87,15 +106,17 @@ def test_url_path_without_route_params(azure: Function) -> None:
     assert core.logs.request_id.get() == "azure-invocation-1"
 
 
-def test_binary_reply_is_byte_exact(azure: Function, tensor: np.ndarray,
-                                    reference: Callable[[np.ndarray], np.ndarray]) -> None:
+def test_binary_reply_is_byte_exact(
+    azure: Function, tensor: np.ndarray, reference: Callable[[np.ndarray], np.ndarray]
+) -> None:
     body, headers = kserve_binary(tensor)
     response = call(azure, "POST", "/v2/models/classifier/infer", body, headers)
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/octet-stream"
     assert response.mimetype == "application/octet-stream"
-    direct = core.api.default_app().handle(core.api.make_request(
-        "POST", "/v2/models/classifier/infer", body, headers))
+    direct = core.api.default_app().handle(
+        core.api.make_request("POST", "/v2/models/classifier/infer", body, headers)
+    )
     assert response.get_body() == direct.body  # no utf-8 round trip anywhere
     size = int(response.headers["inference-header-content-length"])
     got = np.frombuffer(response.get_body()[size:], dtype=np.float32).reshape(1, 1000)

@@ -27,9 +27,14 @@ class _Identity(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         query = parse_qs(urlsplit(self.path).query)
         self.seen.append({"header": self.headers.get("X-IDENTITY-HEADER"), "query": query})
-        body = json.dumps({"access_token": "token-from-the-identity", "token_type": "Bearer",
-                           "expires_on": str(int(time.time()) + 3600),
-                           "resource": query["resource"][0]}).encode()
+        body = json.dumps(
+            {
+                "access_token": "token-from-the-identity",
+                "token_type": "Bearer",
+                "expires_on": str(int(time.time()) + 3600),
+                "resource": query["resource"][0],
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -44,9 +49,16 @@ class _Identity(BaseHTTPRequestHandler):
 def identity_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Identity)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    for key in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_URL",
-                "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET",
-                "AZURE_FEDERATED_TOKEN_FILE", "MSI_ENDPOINT", "MSI_SECRET"):
+    for key in (
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_STORAGE_ACCOUNT_URL",
+        "AZURE_CLIENT_ID",
+        "AZURE_TENANT_ID",
+        "AZURE_CLIENT_SECRET",
+        "AZURE_FEDERATED_TOKEN_FILE",
+        "MSI_ENDPOINT",
+        "MSI_SECRET",
+    ):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "ovsmodels")
     monkeypatch.setenv("IDENTITY_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}/msi")
@@ -59,14 +71,14 @@ def identity_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str
 
 def test_azure_extra_and_code_deployment_carry_azure_identity() -> None:
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]["azure"]
+        "optional-dependencies"
+    ]["azure"]
     assert any(spec.startswith("azure-identity") for spec in extra)
     lines = (ROOT / "infra" / "azure" / "requirements.txt").read_text().splitlines()
     assert any(line.startswith("azure-identity") for line in lines)
 
 
-def test_account_url_gets_a_managed_identity_token(
-        identity_endpoint: list[dict[str, Any]]) -> None:
+def test_account_url_gets_a_managed_identity_token(identity_endpoint: list[dict[str, Any]]) -> None:
     from azure.identity import DefaultAzureCredential
 
     from core.storage.azure.sdk import make_service

@@ -22,17 +22,23 @@ PREDICT = 'POST /v1/models/scaler:predict {"instances": [[1, 2, 3, 4]]}'
 
 
 def _worker_python() -> str:
-    python = Path(os.environ.get("OVS_AZURE_WORKER_PYTHON")
-                  or ROOT / ".ci" / "py313" / "bin" / "python")
+    python = Path(
+        os.environ.get("OVS_AZURE_WORKER_PYTHON") or ROOT / ".ci" / "py313" / "bin" / "python"
+    )
     if not python.exists():
         pytest.skip("no Azure worker environment: run infra/ci/azure-worker-python.sh")
     return str(python)
 
 
 def index_and_call(env: dict[str, str], *calls: str) -> dict[str, Any]:
-    proc = subprocess.run([_worker_python(), str(SCRIPT), str(ROOT / "infra" / "azure"), *calls],
-                          env=env | {"PYTHONPATH": str(ROOT)}, cwd=ROOT / "infra" / "azure",
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [_worker_python(), str(SCRIPT), str(ROOT / "infra" / "azure"), *calls],
+        env=env | {"PYTHONPATH": str(ROOT)},
+        cwd=ROOT / "infra" / "azure",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result

@@ -22,56 +22,86 @@ def scaler(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def invoke(scaler: Path, *words: str, method: str = "GET", path: str = "/metrics") -> int:
     """`ov-serverless invoke [words] METHOD PATH --model_path ...`: the flags come first, so a
     bare bool flag stands right before the positionals."""
-    return cli.main(["invoke", *words, method, path, "--model_name", "scaler",
-                     "--model_path", str(scaler / "scaler"), "--cache_dir",
-                     str(scaler / "cache"), "--log_level", "WARNING"])
+    return cli.main(
+        [
+            "invoke",
+            *words,
+            method,
+            path,
+            "--model_name",
+            "scaler",
+            "--model_path",
+            str(scaler / "scaler"),
+            "--cache_dir",
+            str(scaler / "cache"),
+            "--log_level",
+            "WARNING",
+        ]
+    )
 
 
 def settings(*words: str) -> object:
-    args = cli._parser().parse_args(cli._explicit_bools(
-        ["invoke", "GET", "/", "--model_name", "m", "--model_path", "/m", *words]))
+    args = cli._parser().parse_args(
+        cli._explicit_bools(
+            ["invoke", "GET", "/", "--model_name", "m", "--model_path", "/m", *words]
+        )
+    )
     return cli._settings(args)
 
 
-@pytest.mark.parametrize("words,served", [
-    (("--metrics_enable",), True),
-    (("--metrics_enable", "true"), True),
-    (("--metrics_enable", "false"), False),
-    (("--metrics_enable=true",), True),
-    (("--metrics_enable=false",), False),
-    (("--metrics_enable", "FALSE"), False),
-])
-def test_metrics_enable_forms(scaler: Path, capsys: pytest.CaptureFixture[str],
-                              words: tuple[str, ...], served: bool) -> None:
+@pytest.mark.parametrize(
+    "words,served",
+    [
+        (("--metrics_enable",), True),
+        (("--metrics_enable", "true"), True),
+        (("--metrics_enable", "false"), False),
+        (("--metrics_enable=true",), True),
+        (("--metrics_enable=false",), False),
+        (("--metrics_enable", "FALSE"), False),
+    ],
+)
+def test_metrics_enable_forms(
+    scaler: Path, capsys: pytest.CaptureFixture[str], words: tuple[str, ...], served: bool
+) -> None:
     assert invoke(scaler, *words) == (0 if served else 1)
     assert ("# TYPE ovms_streams gauge" in capsys.readouterr().out) is served
 
 
-@pytest.mark.parametrize("words,expected", [
-    (("--allow_credentials",), True),
-    (("--allow_credentials", "true"), True),
-    (("--allow_credentials", "false"), False),
-    (("--allow_credentials=true",), True),
-    ((), False),
-])
+@pytest.mark.parametrize(
+    "words,expected",
+    [
+        (("--allow_credentials",), True),
+        (("--allow_credentials", "true"), True),
+        (("--allow_credentials", "false"), False),
+        (("--allow_credentials=true",), True),
+        ((), False),
+    ],
+)
 def test_allow_credentials_forms(words: tuple[str, ...], expected: bool) -> None:
     assert settings(*words).cors.credentials is expected  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("words,stateful", [
-    (("--stateful",), True), (("--stateful", "true"), True), (("--stateful", "false"), False),
-    (("--stateful=false",), False), (("--stateful", "--nireq", "2"), True),
-])
+@pytest.mark.parametrize(
+    "words,stateful",
+    [
+        (("--stateful",), True),
+        (("--stateful", "true"), True),
+        (("--stateful", "false"), False),
+        (("--stateful=false",), False),
+        (("--stateful", "--nireq", "2"), True),
+    ],
+)
 def test_stateful_forms(words: tuple[str, ...], stateful: bool) -> None:
     options = settings(*words).model_options  # type: ignore[attr-defined]
     assert options["stateful"] is stateful
 
 
-def test_a_bare_bool_flag_leaves_the_positionals_alone(scaler: Path,
-                                                       capsys: pytest.CaptureFixture[str]
-                                                       ) -> None:
-    assert invoke(scaler, "--metrics_enable", method="POST",
-                  path="/v1/models/scaler:predict") == 1  # no body: a 4xx, not a usage error
+def test_a_bare_bool_flag_leaves_the_positionals_alone(
+    scaler: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        invoke(scaler, "--metrics_enable", method="POST", path="/v1/models/scaler:predict") == 1
+    )  # no body: a 4xx, not a usage error
     assert "error" in capsys.readouterr().out
     assert invoke(scaler, "--allow_credentials", "--metrics_enable") == 0
     assert "ovms_streams" in capsys.readouterr().out
@@ -84,17 +114,26 @@ def _usage_error(capsys: pytest.CaptureFixture[str], code: int) -> str:
     return err.removeprefix("ov-serverless: ")
 
 
-@pytest.mark.parametrize("flag,env,value,problem", [
-    ("--plugin_config", "OVS_PLUGIN_CONFIG", "{bad", "not valid JSON: "),
-    ("--model_version_policy", "OVS_MODEL_VERSION_POLICY", "{bad", "not valid JSON: "),
-    ("--dynamic_batching", "OVS_DYNAMIC_BATCHING", "[1,", "not valid JSON: "),
-    ("--nireq", "OVS_NIREQ", "two", "expected an integer, got 'two'"),
-    ("--max_request_bytes", "OVS_MAX_REQUEST_BYTES", "1MB", "expected an integer, got '1MB'"),
-    ("--metrics_enable", "OVS_METRICS_ENABLE", "maybe", "expected true or false, got 'maybe'"),
-])
+@pytest.mark.parametrize(
+    "flag,env,value,problem",
+    [
+        ("--plugin_config", "OVS_PLUGIN_CONFIG", "{bad", "not valid JSON: "),
+        ("--model_version_policy", "OVS_MODEL_VERSION_POLICY", "{bad", "not valid JSON: "),
+        ("--dynamic_batching", "OVS_DYNAMIC_BATCHING", "[1,", "not valid JSON: "),
+        ("--nireq", "OVS_NIREQ", "two", "expected an integer, got 'two'"),
+        ("--max_request_bytes", "OVS_MAX_REQUEST_BYTES", "1MB", "expected an integer, got '1MB'"),
+        ("--metrics_enable", "OVS_METRICS_ENABLE", "maybe", "expected true or false, got 'maybe'"),
+    ],
+)
 def test_a_bad_flag_and_a_bad_env_value_give_the_same_clean_error(
-        scaler: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        flag: str, env: str, value: str, problem: str) -> None:
+    scaler: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flag: str,
+    env: str,
+    value: str,
+    problem: str,
+) -> None:
     from_flag = _usage_error(capsys, invoke(scaler, f"{flag}={value}"))
     monkeypatch.setenv(env, value)
     from_env = _usage_error(capsys, invoke(scaler))
@@ -102,8 +141,9 @@ def test_a_bad_flag_and_a_bad_env_value_give_the_same_clean_error(
     assert from_env == f"{env}:{from_flag.removeprefix(flag + ':')}"
 
 
-def test_a_bad_bool_flag_value_is_a_clean_error(scaler: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_bool_flag_value_is_a_clean_error(
+    scaler: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     message = _usage_error(capsys, invoke(scaler, "--stateful=maybe"))
     assert message == "--stateful: expected true or false, got 'maybe'"
 
@@ -114,15 +154,23 @@ def test_plugin_config_as_two_words(scaler: Path, capsys: pytest.CaptureFixture[
     assert message.startswith("--plugin_config: not valid JSON: "), message
 
 
-@pytest.mark.parametrize("env,value,problem", [
-    ("OVS_LAZY_LOAD", "sometimes", "expected true or false, got 'sometimes'"),
-    ("OVS_CONCURRENT", "on", "expected true or false, got 'on'"),
-    ("OVS_EXPORT_BLOBS", "2", "expected true or false, got '2'"),
-    ("OVS_ALLOW_CREDENTIALS", "y", "expected true or false, got 'y'"),
-    ("OVS_RELOAD_INTERVAL", "5s", "expected a number, got '5s'"),
-])
-def test_a_bad_env_value_is_a_clean_error(scaler: Path, capsys: pytest.CaptureFixture[str],
-                                          monkeypatch: pytest.MonkeyPatch, env: str,
-                                          value: str, problem: str) -> None:
+@pytest.mark.parametrize(
+    "env,value,problem",
+    [
+        ("OVS_LAZY_LOAD", "sometimes", "expected true or false, got 'sometimes'"),
+        ("OVS_CONCURRENT", "on", "expected true or false, got 'on'"),
+        ("OVS_EXPORT_BLOBS", "2", "expected true or false, got '2'"),
+        ("OVS_ALLOW_CREDENTIALS", "y", "expected true or false, got 'y'"),
+        ("OVS_RELOAD_INTERVAL", "5s", "expected a number, got '5s'"),
+    ],
+)
+def test_a_bad_env_value_is_a_clean_error(
+    scaler: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    env: str,
+    value: str,
+    problem: str,
+) -> None:
     monkeypatch.setenv(env, value)
     assert _usage_error(capsys, invoke(scaler)) == f"{env}: {problem}"

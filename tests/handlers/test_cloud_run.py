@@ -36,8 +36,9 @@ from tests.handlers.conftest import (
 RTOL, ATOL = 1e-5, 1e-6
 
 
-def test_ovmsclient(servers: dict[str, str], tensor: np.ndarray,
-                    reference: Callable[[np.ndarray], np.ndarray]) -> None:
+def test_ovmsclient(
+    servers: dict[str, str], tensor: np.ndarray, reference: Callable[[np.ndarray], np.ndarray]
+) -> None:
     client = ovmsclient.make_http_client(servers["cloud_run"].removeprefix("http://"))
     status = client.get_model_status("classifier")
     assert status[1]["state"] == "AVAILABLE"
@@ -49,36 +50,45 @@ def test_ovmsclient(servers: dict[str, str], tensor: np.ndarray,
 
 
 @pytest.mark.parametrize("binary", [False, True])
-def test_tritonclient(servers: dict[str, str], tensor: np.ndarray, binary: bool,
-                      reference: Callable[[np.ndarray], np.ndarray]) -> None:
+def test_tritonclient(
+    servers: dict[str, str],
+    tensor: np.ndarray,
+    binary: bool,
+    reference: Callable[[np.ndarray], np.ndarray],
+) -> None:
     client = triton.InferenceServerClient(servers["cloud_run"].removeprefix("http://"))
     assert client.is_server_ready() and client.is_model_ready("classifier")
     data = triton.InferInput("input", list(tensor.shape), "FP32")
     data.set_data_from_numpy(tensor, binary_data=binary)
     wanted = triton.InferRequestedOutput("probabilities", binary_data=binary)
     result = client.infer("classifier", [data], outputs=[wanted])
-    np.testing.assert_allclose(result.as_numpy("probabilities"), reference(tensor),
-                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        result.as_numpy("probabilities"), reference(tensor), rtol=RTOL, atol=ATOL
+    )
 
 
 def test_limits_and_errors_with_the_test_client(serving_env: pytest.MonkeyPatch) -> None:
     serving_env.setenv("OVS_MAX_REQUEST_BYTES", "1000")
     client = functions_framework.create_app(
-        "predict", str(ROOT / "handlers" / "cloud_run.py")).test_client()
+        "predict", str(ROOT / "handlers" / "cloud_run.py")
+    ).test_client()
     reply = client.post("/v1/models/scaler:predict", data=b"x" * 2000)
     assert reply.status_code == 413
     assert "exceeds the limit of 1000 bytes" in orjson.loads(reply.data)["error"]
     reply = client.get("/v3/nothing")
     assert reply.status_code == 404 and reply.json == {"error": "Invalid request URL: /v3/nothing"}
-    reply = client.post("/v1/models/scaler:predict", json={"instances": [[1, 2, 3, 4]]},
-                        headers={"X-Cloud-Trace-Context": "105445aa7843bc8bf206b1200/1;o=1"})
+    reply = client.post(
+        "/v1/models/scaler:predict",
+        json={"instances": [[1, 2, 3, 4]]},
+        headers={"X-Cloud-Trace-Context": "105445aa7843bc8bf206b1200/1;o=1"},
+    )
     assert reply.status_code == 200 and reply.json == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}
     assert core.logs.request_id.get() == "105445aa7843bc8bf206b1200"
 
 
 def test_a_throughput_model_serves_from_gunicorns_forked_worker(
-        repo: Repo, tmp_path: Path, tensor: np.ndarray,
-        reference: Callable[[np.ndarray], np.ndarray]) -> None:
+    repo: Repo, tmp_path: Path, tensor: np.ndarray, reference: Callable[[np.ndarray], np.ndarray]
+) -> None:
     """infra/cloudrun/service.yaml's THROUGHPUT hint under the real CLI. gunicorn imports the
     handler in its arbiter and then forks the worker; OpenVINO's stream threads do not survive
     a fork, so a model compiled in the arbiter hung every request. It loads in the worker.
@@ -86,26 +96,35 @@ def test_a_throughput_model_serves_from_gunicorns_forked_worker(
     port = free_port()
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    env = server_env(repo, OVS_CONCURRENT="1", THREADS="4",  # as infra/cloudrun ships
-                     XDG_RUNTIME_DIR=str(run_dir))
+    env = server_env(
+        repo,
+        OVS_CONCURRENT="1",
+        THREADS="4",  # as infra/cloudrun ships
+        XDG_RUNTIME_DIR=str(run_dir),
+    )
     body, headers = kserve_binary(tensor)
     call = Call("kserve-binary", "POST", "/v2/models/classifier/infer")
 
     def infer(_: int) -> np.ndarray:
-        reply = requests.post(f"http://127.0.0.1:{port}{call.path}", data=body,
-                              headers=headers, timeout=20)
+        reply = requests.post(
+            f"http://127.0.0.1:{port}{call.path}", data=body, headers=headers, timeout=20
+        )
         return outputs(call, reply.status_code, dict(reply.headers), reply.content)
 
     with running({"cloud_run": (ff_command(port), port)}, env, tmp_path) as procs:
         with ThreadPoolExecutor(4) as pool:
             for got in pool.map(infer, range(8)):
                 np.testing.assert_allclose(got, reference(tensor), rtol=RTOL, atol=ATOL)
-        streams = ov.Core().compile_model(repo.classifier_xml, "CPU", {
-            "PERFORMANCE_HINT": "THROUGHPUT"}).get_property("NUM_STREAMS")
+        streams = (
+            ov.Core()
+            .compile_model(repo.classifier_xml, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
+            .get_property("NUM_STREAMS")
+        )
         wanted = f'ovms_streams{{name="classifier",version="1"}} {float(streams)}'
         deadline = time.monotonic() + 30  # the THROUGHPUT variant compiles after the first answer
-        while wanted not in (exposition := requests.get(f"http://127.0.0.1:{port}/metrics",
-                                                        timeout=5).text):
+        while wanted not in (
+            exposition := requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        ):
             assert time.monotonic() < deadline, exposition
             time.sleep(0.1)
         with ThreadPoolExecutor(4) as pool:  # on the THROUGHPUT variant's streams
@@ -119,7 +138,6 @@ def test_a_throughput_model_serves_from_gunicorns_forked_worker(
         # the arbiter runs one thread, so the worker's compile has the instance's CPUs
         assert list(run_dir.iterdir()) == []
         assert len(list(Path(f"/proc/{arbiter}/task").iterdir())) == 1
-
 
 
 _FORKS = """
@@ -155,7 +173,13 @@ def test_only_a_fork_from_the_main_thread_loads_the_models(repo: Repo) -> None:
     """gunicorn forks its worker from the arbiter's main thread. A library forks helpers from
     its own threads (OpenVINO's telemetry, when openvino.tools.ovc is imported): such a child
     used to fetch and compile every model too, on the same two cores as the worker."""
-    done = subprocess.run([sys.executable, "-c", _FORKS], cwd=ROOT, env=server_env(repo),
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKS],
+        cwd=ROOT,
+        env=server_env(repo),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.split("\n")[:2]) == ["helper idle", "main compiled"]

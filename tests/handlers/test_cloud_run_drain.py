@@ -23,8 +23,9 @@ from tests.test_infra import DOCKERFILES, image_config
 def _infer(base: str, x: np.ndarray) -> tuple[int, np.ndarray | None, float]:
     body, headers = kserve_binary(x)
     started = time.monotonic()
-    reply = requests.post(f"{base}/v2/models/classifier/infer", data=body, headers=headers,
-                          timeout=300)
+    reply = requests.post(
+        f"{base}/v2/models/classifier/infer", data=body, headers=headers, timeout=300
+    )
     took = time.monotonic() - started
     if reply.status_code != 200:
         return reply.status_code, None, took
@@ -46,16 +47,19 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def test_sigterm_lets_the_request_in_flight_finish(
-        repo: Repo, reference: Callable[[np.ndarray], np.ndarray], tmp_path: Path) -> None:
+    repo: Repo, reference: Callable[[np.ndarray], np.ndarray], tmp_path: Path
+) -> None:
     image = image_config(DOCKERFILES["cloudrun"])
     port = free_port()
     env = server_env(repo, **{k: v for k, v in image.env.items() if k != "PATH"}) | repo.env()
-    env |= {"PORT": str(port), "OVS_CACHE_DIR": str(tmp_path / "cache"),
-            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    env |= {
+        "PORT": str(port),
+        "OVS_CACHE_DIR": str(tmp_path / "cache"),
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+    }
     log = tmp_path / "ff.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(image.argv, cwd=ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(image.argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(base, proc, log)

@@ -27,21 +27,35 @@ def repo(tmp_path: Path) -> Iterator[Path]:
 
 
 def _export(repo: Path, out: Path, *flags: str) -> int:
-    return cli.main(["export-blobs", str(out), "--config_path", str(repo),
-                     "--cache_dir", str(out.parent / "export-cache"), "--log_level", "WARNING",
-                     *flags])
+    return cli.main(
+        [
+            "export-blobs",
+            str(out),
+            "--config_path",
+            str(repo),
+            "--cache_dir",
+            str(out.parent / "export-cache"),
+            "--log_level",
+            "WARNING",
+            *flags,
+        ]
+    )
 
 
-def _start(repo: Path, cache: Path, blobs: Path | None = None, concurrent: bool = False
-           ) -> App:
-    config = Settings(config_path=str(repo), cache_dir=str(cache), concurrent=concurrent,
-                      compiled_cache=(str(blobs),) if blobs else ())
+def _start(repo: Path, cache: Path, blobs: Path | None = None, concurrent: bool = False) -> App:
+    config = Settings(
+        config_path=str(repo),
+        cache_dir=str(cache),
+        concurrent=concurrent,
+        compiled_cache=(str(blobs),) if blobs else (),
+    )
     return App(ModelManager.start(config), config)
 
 
 def _hits(app: App) -> dict[str, float]:
-    return {name: served.versions[1].timings["blob_hit"]
-            for name, served in app.manager.models.items()}
+    return {
+        name: served.versions[1].timings["blob_hit"] for name, served in app.manager.models.items()
+    }
 
 
 def _scaled(app: App) -> tuple[int, bytes]:
@@ -51,7 +65,8 @@ def _scaled(app: App) -> tuple[int, bytes]:
 
 
 def test_flat_blobs_serve_with_ovs_compiled_cache_and_answer_as_a_compile(
-        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "blobs"
     assert _export(repo, out) == 0
     printed = sorted(capsys.readouterr().out.split())
@@ -66,7 +81,8 @@ def test_flat_blobs_serve_with_ovs_compiled_cache_and_answer_as_a_compile(
 
 
 def test_per_version_blobs_copied_beside_their_versions_are_imported(
-        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "blobs"
     assert _export(repo, out, "--per_version") == 0
     for line in capsys.readouterr().out.splitlines():
@@ -79,7 +95,8 @@ def test_per_version_blobs_copied_beside_their_versions_are_imported(
 
 
 def test_concurrent_blobs_are_the_ones_a_concurrent_host_imports(
-        repo: Path, tmp_path: Path) -> None:
+    repo: Path, tmp_path: Path
+) -> None:
     """A concurrent host compiles each model twice (core.runtime.adaptive): its LATENCY compile is a
     one-request host's, its THROUGHPUT one is its own; each host takes the blobs it needs."""
     assert _export(repo, tmp_path / "one") == 0
@@ -100,7 +117,8 @@ def test_concurrent_blobs_are_the_ones_a_concurrent_host_imports(
 
 
 def test_a_version_that_does_not_load_fails_the_export_and_the_rest_are_written(
-        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     broken = repo.parent / "broken" / "1"
     broken.mkdir(parents=True)
     (broken / "model.xml").write_text("<net/>")
@@ -110,14 +128,17 @@ def test_a_version_that_does_not_load_fails_the_export_and_the_rest_are_written(
 
     assert _export(repo, tmp_path / "blobs") == 1
     captured = capsys.readouterr()
-    assert "ov-serverless: model broken version 1 did not load: Cannot load model" \
-        in captured.err
+    assert "ov-serverless: model broken version 1 did not load: Cannot load model" in captured.err
     assert len(captured.out.split()) == len(list((tmp_path / "blobs").glob("*.blob"))) == 2
 
 
 def test_an_out_folder_that_cannot_be_written_is_a_clear_error(
-        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "file").write_text("")
     assert _export(repo, tmp_path / "file" / "blobs") == 1
-    assert capsys.readouterr().err.strip().endswith(
-        f"cannot write the blobs to {tmp_path / 'file' / 'blobs'}: Not a directory")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"cannot write the blobs to {tmp_path / 'file' / 'blobs'}: Not a directory")
+    )

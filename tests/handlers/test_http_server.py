@@ -24,17 +24,23 @@ def _handle(request: Request) -> Response:
         raise RuntimeError("a bug in the handler")
     if request.path == "/slow":
         time.sleep(float(request.query.get("s", "0.5")))
-    doc = {"method": request.method, "path": request.path, "query": dict(request.query),
-           "length": len(request.body), "head": request.body[:32].decode("latin-1"),
-           "type": request.header("content-type")}
+    doc = {
+        "method": request.method,
+        "path": request.path,
+        "query": dict(request.query),
+        "length": len(request.body),
+        "head": request.body[:32].decode("latin-1"),
+        "type": request.header("content-type"),
+    }
     return Response(200, json.dumps(doc).encode())
 
 
 class Running:
     def __init__(self, read_timeout: float = 5.0) -> None:
         listener = http_server.listen("127.0.0.1", 0)
-        self.server = http_server.Server(_handle, listener, threads=4,
-                                         read_timeout=read_timeout, max_body=MAX_BODY)
+        self.server = http_server.Server(
+            _handle, listener, threads=4, read_timeout=read_timeout, max_body=MAX_BODY
+        )
         self.port = self.server.port
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -84,14 +90,22 @@ def _closed(sock: socket.socket) -> bool:
 
 def test_keep_alive_and_pipelined_requests(running: Running) -> None:
     with running.connect() as sock:
-        sock.sendall(b"GET /a?x=1&y=%20z HTTP/1.1\r\nHost: t\r\n\r\n"
-                     b"POST /b%20c HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello"
-                     b"GET /c HTTP/1.1\r\nHost: t\r\n\r\n")
+        sock.sendall(
+            b"GET /a?x=1&y=%20z HTTP/1.1\r\nHost: t\r\n\r\n"
+            b"POST /b%20c HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello"
+            b"GET /c HTTP/1.1\r\nHost: t\r\n\r\n"
+        )
         (s1, h1, b1), (s2, _, b2), (s3, _, b3) = _responses(sock, 3)
         assert (s1, s2, s3) == (200, 200, 200)
         assert json.loads(b1)["query"] == {"x": "1", "y": " z"}
-        assert json.loads(b2) | {"type": ""} == {"method": "POST", "path": "/b c", "query": {},
-                                                 "length": 5, "head": "hello", "type": ""}
+        assert json.loads(b2) | {"type": ""} == {
+            "method": "POST",
+            "path": "/b c",
+            "query": {},
+            "length": 5,
+            "head": "hello",
+            "type": "",
+        }
         assert json.loads(b3)["path"] == "/c"
         assert "connection" not in h1 and h1["date"].endswith("GMT")
         sock.sendall(b"GET /d HTTP/1.1\r\nHost: t\r\n\r\n")  # the connection is still open
@@ -113,8 +127,10 @@ def test_large_body_and_http_client(running: Running) -> None:
 
 def test_chunked_body(running: Running) -> None:
     with running.connect() as sock:
-        sock.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
-                     b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n")
+        sock.sendall(
+            b"POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n"
+        )
         status, _, body = _responses(sock, 1)[0]
         assert status == 200
         assert json.loads(body)["head"] == "hello world"
@@ -122,37 +138,63 @@ def test_chunked_body(running: Running) -> None:
 
 def test_expect_100_continue(running: Running) -> None:
     with running.connect() as sock:
-        sock.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n"
-                     b"Expect: 100-continue\r\n\r\n")
+        sock.sendall(
+            b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"
+        )
         assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
         sock.sendall(b"abcd")
         assert json.loads(_responses(sock, 1)[0][2])["head"] == "abcd"
 
 
-@pytest.mark.parametrize(("raw", "status", "message"), [
-    (b"GARBAGE\r\n\r\n", 400, "Invalid HTTP request line"),
-    (b"GET / HTTP/2.0\r\n\r\n", 505, "Unsupported HTTP version: HTTP/2.0"),
-    (b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "Invalid HTTP header line"),
-    (b"GET / HTTP/1.1\r\nnocolon\r\n\r\n", 400, "Invalid HTTP header line"),
-    (b"POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400, "Invalid Content-Length header"),
-    (b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
-     "Content-Length and Transfer-Encoding cannot both be set"),
-    (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501,
-     "Unsupported Transfer-Encoding: gzip"),
-    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400,
-     "Invalid chunk size in chunked body"),
-    (b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413,
-     "Request body of 99999999999 bytes exceeds the limit of 1048576 bytes"),
-    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n200000\r\n", 413,
-     "Request body exceeds the limit of 1048576 bytes"),
-    (b"POST / HTTP/1.1\r\nContent-Length: 1\r\nExpect: magic\r\n\r\n", 417,
-     "Unsupported Expect header: magic"),
-    (b"GET / HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", 431,
-     "Request head exceeds 65536 bytes"),
-    (b"GET / HTTP/1.1\r\n" + b"X: 1\r\n" * 101 + b"\r\n", 431, "More than 100 request headers"),
-])
-def test_bad_requests_get_an_error_and_a_close(running: Running, raw: bytes, status: int,
-                                                message: str) -> None:
+@pytest.mark.parametrize(
+    ("raw", "status", "message"),
+    [
+        (b"GARBAGE\r\n\r\n", 400, "Invalid HTTP request line"),
+        (b"GET / HTTP/2.0\r\n\r\n", 505, "Unsupported HTTP version: HTTP/2.0"),
+        (b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "Invalid HTTP header line"),
+        (b"GET / HTTP/1.1\r\nnocolon\r\n\r\n", 400, "Invalid HTTP header line"),
+        (b"POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400, "Invalid Content-Length header"),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400,
+            "Content-Length and Transfer-Encoding cannot both be set",
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            501,
+            "Unsupported Transfer-Encoding: gzip",
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+            "Invalid chunk size in chunked body",
+        ),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n",
+            413,
+            "Request body of 99999999999 bytes exceeds the limit of 1048576 bytes",
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n200000\r\n",
+            413,
+            "Request body exceeds the limit of 1048576 bytes",
+        ),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 1\r\nExpect: magic\r\n\r\n",
+            417,
+            "Unsupported Expect header: magic",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n",
+            431,
+            "Request head exceeds 65536 bytes",
+        ),
+        (b"GET / HTTP/1.1\r\n" + b"X: 1\r\n" * 101 + b"\r\n", 431, "More than 100 request headers"),
+    ],
+)
+def test_bad_requests_get_an_error_and_a_close(
+    running: Running, raw: bytes, status: int, message: str
+) -> None:
     with running.connect() as sock:
         sock.sendall(raw)
         got, headers, body = _responses(sock, 1)[0]
@@ -213,8 +255,9 @@ def test_stalled_clients_are_dropped_after_the_read_timeout() -> None:
             assert _closed(head)
             status, _, reply = _responses(body, 1)[0]
             assert status == 408
-            assert json.loads(reply) == {"error": "Request body not received in time "
-                                                  "(--rest_read_timeout_seconds)"}
+            assert json.loads(reply) == {
+                "error": "Request body not received in time (--rest_read_timeout_seconds)"
+            }
             # dropped at the read timeout, not at a default or never (a busy host: slack)
             assert time.monotonic() - started < read_timeout + 20 * round_trip + 2.0
     finally:

@@ -42,12 +42,17 @@ from tests.test_infra import (
 )
 
 PROBE_SCRIPT = Path(__file__).with_name("netns_probe.py")
-PREDICT = {"kind": "post", "port": 8000, "path": "/v1/models/scaler:predict",
-           "body": '{"instances": [[1, 2, 3, 4]]}'}
+PREDICT = {
+    "kind": "post",
+    "port": 8000,
+    "path": "/v1/models/scaler:predict",
+    "body": '{"instances": [[1, 2, 3, 4]]}',
+}
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"),
-    reason="needs root, unshare and ip (network namespaces)")
+    reason="needs root, unshare and ip (network namespaces)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +80,14 @@ def baked_demo(shared_repo: tuple[Path, Path]) -> Path:
     assert written
     out = shared_repo[0].parent.parent / "demo-models"
     argv = [str(Path(sys.executable).parent / "ov-serverless"), "demo-repo", str(out)]
-    subprocess.run(argv, check=True, cwd=ROOT, capture_output=True, timeout=300,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    subprocess.run(
+        argv,
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     for path in [out, *out.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return out / "config.json"
@@ -96,8 +107,11 @@ def server_only(shared_repo: tuple[Path, Path]) -> Path:
     finally:
         sys.path.remove(str(ROOT / "infra"))
     absent = set(lock.closure(lock.IMAGE_EXTRAS)) - set(lock.closure(("server",)))
-    blocked = sorted(module for module, dists in packages_distributions().items()
-                     if all(canonicalize_name(d) in absent for d in dists))
+    blocked = sorted(
+        module
+        for module, dists in packages_distributions().items()
+        if all(canonicalize_name(d) in absent for d in dists)
+    )
     assert "awslambdaric" in blocked and "functions_framework" in blocked
     folder = shared_repo[0].parent.parent / "server-only"
     folder.mkdir(exist_ok=True)
@@ -150,22 +164,44 @@ def _uid(user: str) -> int | None:
 def _probe_spec(probe: dict[str, Any], ports: dict[str, int]) -> dict[str, Any]:
     if "httpGet" in probe:
         port = probe["httpGet"]["port"]
-        return {"kind": "http", "path": probe["httpGet"]["path"],
-                "port": ports.get(port, port) if isinstance(port, str) else int(port)}
+        return {
+            "kind": "http",
+            "path": probe["httpGet"]["path"],
+            "port": ports.get(port, port) if isinstance(port, str) else int(port),
+        }
     grpc = probe["grpc"]
     return {"kind": "grpc", "port": int(grpc["port"]), "service": grpc.get("service", "")}
 
 
-def run_in_namespace(argv: list[str], env: dict[str, str], uid: int | None,
-                     probes: list[dict[str, Any]], tmp_path: Path,
-                     cwd: Path = Path("/tmp")) -> dict[str, Any]:
+def run_in_namespace(
+    argv: list[str],
+    env: dict[str, str],
+    uid: int | None,
+    probes: list[dict[str, Any]],
+    tmp_path: Path,
+    cwd: Path = Path("/tmp"),
+) -> dict[str, Any]:
     spec = tmp_path / "spec.json"
     log = tmp_path / "server.log"
-    spec.write_text(json.dumps({"argv": argv, "env": env, "uid": uid, "probes": probes,
-                                "log": str(log), "cwd": str(cwd), "timeout": 150}))
-    proc = subprocess.run(["unshare", "--mount", "--net", "--", sys.executable,
-                           str(PROBE_SCRIPT), str(spec)],
-                          capture_output=True, text=True, timeout=420)
+    spec.write_text(
+        json.dumps(
+            {
+                "argv": argv,
+                "env": env,
+                "uid": uid,
+                "probes": probes,
+                "log": str(log),
+                "cwd": str(cwd),
+                "timeout": 150,
+            }
+        )
+    )
+    proc = subprocess.run(
+        ["unshare", "--mount", "--net", "--", sys.executable, str(PROBE_SCRIPT), str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     result["log"] = log.read_text() if log.exists() else ""
@@ -178,22 +214,29 @@ def assert_all_pass(result: dict[str, Any]) -> None:
     assert result["exit_code"] == 0, result["log"][-3000:]
 
 
-def test_server_image_default_command(shared_repo: tuple[Path, Path], baked_demo: Path,
-                                      server_only: Path, tmp_path: Path) -> None:
+def test_server_image_default_command(
+    shared_repo: tuple[Path, Path], baked_demo: Path, server_only: Path, tmp_path: Path
+) -> None:
     """`docker run -p 8000:8000 -p 9000:9000 IMAGE`: the published ports reach the pod IP,
     and the defaults (the baked demo repository) answer."""
     _, cache = shared_repo
     image = image_config(DOCKERFILES["server"])
     assert image.env["OVS_CONFIG_PATH"] == arg_value(image.cmd, "--config_path")
     healthcheck = _healthcheck_argv()
-    probes = [{"kind": "http", "port": 8000, "path": "/v2/health/ready"},
-              {"kind": "http", "port": 8000, "path": "/v2/health/live"},
-              {"kind": "grpc", "port": 9000}, PREDICT,
-              {"kind": "exec", "argv": healthcheck}]
-    env = _env(image, {}, cache) | {"OVS_CONFIG_PATH": str(baked_demo),
-                                     "PYTHONPATH": f"{server_only}:{ROOT}"}
-    result = run_in_namespace(_map_paths(image.argv, baked_demo), env, _uid(image.user),
-                              probes, tmp_path)
+    probes = [
+        {"kind": "http", "port": 8000, "path": "/v2/health/ready"},
+        {"kind": "http", "port": 8000, "path": "/v2/health/live"},
+        {"kind": "grpc", "port": 9000},
+        PREDICT,
+        {"kind": "exec", "argv": healthcheck},
+    ]
+    env = _env(image, {}, cache) | {
+        "OVS_CONFIG_PATH": str(baked_demo),
+        "PYTHONPATH": f"{server_only}:{ROOT}",
+    }
+    result = run_in_namespace(
+        _map_paths(image.argv, baked_demo), env, _uid(image.user), probes, tmp_path
+    )
     assert_all_pass(result)
     assert json.loads(result["probes"][3]["body"]) == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}
 
@@ -213,15 +256,19 @@ def test_manifest_probes_reach_the_pod_ip(
         (c,) = containers(doc)
         argv = image.entrypoint + (c.get("args") or image.cmd)
         ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
-        probes = [_probe_spec(c[k], ports) for k in
-                  ("startupProbe", "readinessProbe", "livenessProbe") if k in c]
+        probes = [
+            _probe_spec(c[k], ports)
+            for k in ("startupProbe", "readinessProbe", "livenessProbe")
+            if k in c
+        ]
         key = json.dumps([argv, env_of(c)])
         runs.setdefault(key, (argv, env_of(c), []))[2].extend(probes)
     assert runs
     for argv, env, probes in runs.values():
         probes += [{"kind": "grpc", "port": 9000}, PREDICT]
-        result = run_in_namespace(_map_paths(argv, config), _env(image, env, cache),
-                                  _uid(image.user), probes, tmp_path)
+        result = run_in_namespace(
+            _map_paths(argv, config), _env(image, env, cache), _uid(image.user), probes, tmp_path
+        )
         assert_all_pass(result)
 
 
@@ -233,8 +280,7 @@ def _healthcheck_argv() -> list[str]:
     return argv
 
 
-def test_cloud_run_image_with_service_yaml(shared_repo: tuple[Path, Path],
-                                            tmp_path: Path) -> None:
+def test_cloud_run_image_with_service_yaml(shared_repo: tuple[Path, Path], tmp_path: Path) -> None:
     """The Cloud Run image's exact functions-framework CMD with service.yaml's env and probes
     on the pod IP; SIGTERM (Cloud Run's shutdown) then ends it with exit code 0."""
     config, cache = shared_repo

@@ -53,17 +53,22 @@ class _Handler(BaseHTTPRequestHandler):
             request_id, event = self.server.events.get(timeout=60)
         except queue.Empty:
             return self._reply(500, b'{"errorMessage": "no more events in this test"}')
-        self._reply(200, orjson.dumps(event), {
-            "Lambda-Runtime-Aws-Request-Id": request_id,
-            "Lambda-Runtime-Deadline-Ms": str(int((time.time() + 60) * 1000)),
-            "Lambda-Runtime-Invoked-Function-Arn":
-                "arn:aws:lambda:us-east-1:123456789012:function:ovs",
-            "Lambda-Runtime-Trace-Id": "Root=1-5bef4de7-ad49b0e87f6ef6c87fc2e700",
-        })
+        self._reply(
+            200,
+            orjson.dumps(event),
+            {
+                "Lambda-Runtime-Aws-Request-Id": request_id,
+                "Lambda-Runtime-Deadline-Ms": str(int((time.time() + 60) * 1000)),
+                "Lambda-Runtime-Invoked-Function-Arn": (
+                    "arn:aws:lambda:us-east-1:123456789012:function:ovs"
+                ),
+                "Lambda-Runtime-Trace-Id": "Root=1-5bef4de7-ad49b0e87f6ef6c87fc2e700",
+            },
+        )
 
     def do_POST(self) -> None:  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        parts = self.path[len(PREFIX):].strip("/").split("/")  # invocation/ID/response|error
+        parts = self.path[len(PREFIX) :].strip("/").split("/")  # invocation/ID/response|error
         kind = parts[-1]
         request_id = parts[1] if parts[0] == "invocation" else "init"
         self.server.results.put((request_id, kind, json.loads(body or b"null")))
@@ -95,13 +100,17 @@ class Bootstrap:
         self.log = log
         env = env | {
             "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{self.api.server_address[1]}",
-            "AWS_LAMBDA_FUNCTION_NAME": "ovs", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "3008",
+            "AWS_LAMBDA_FUNCTION_NAME": "ovs",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "3008",
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
             "AWS_LAMBDA_LOG_GROUP_NAME": "/aws/lambda/ovs",
-            "AWS_LAMBDA_LOG_STREAM_NAME": "test", "_HANDLER": argv[-1]}
+            "AWS_LAMBDA_LOG_STREAM_NAME": "test",
+            "_HANDLER": argv[-1],
+        }
         with log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
         self.count = 0
 
     def invoke(self, *events: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -115,8 +124,9 @@ class Bootstrap:
             try:
                 request_id, kind, payload = self.api.results.get(timeout=120)
             except queue.Empty:
-                raise AssertionError(f"no result from the runtime:\n{self.log.read_text()}") \
-                    from None
+                raise AssertionError(
+                    f"no result from the runtime:\n{self.log.read_text()}"
+                ) from None
             assert request_id != "init", f"init error: {payload}\n{self.log.read_text()}"
             results[request_id] = (kind, payload)
         return [results[i] for i in ids]
@@ -145,20 +155,31 @@ def test_awslambdaric_bootstrap_serves_two_invocations(repo: Repo, tmp_path: Pat
     runtime = Bootstrap(_bootstrap_argv(), _env(repo), tmp_path / "runtime.log")
     try:
         (kind1, first), (kind2, second) = runtime.invoke(
-            load_event("sam-cli-rendered/HttpApi", "/v1/models/scaler:predict",
-                       b'{"instances": [[1, 2, 3, 4]]}', base64=True, method="POST"),
-            load_event("powertools/apiGatewayProxyV2Event", "/v1/models/two_inputs:predict",
-                       b'{"inputs": {"a": [[1, 2, 3, 4]], "b": [[2, 2, 2, 2]]}}',
-                       method="POST"))
+            load_event(
+                "sam-cli-rendered/HttpApi",
+                "/v1/models/scaler:predict",
+                b'{"instances": [[1, 2, 3, 4]]}',
+                base64=True,
+                method="POST",
+            ),
+            load_event(
+                "powertools/apiGatewayProxyV2Event",
+                "/v1/models/two_inputs:predict",
+                b'{"inputs": {"a": [[1, 2, 3, 4]], "b": [[2, 2, 2, 2]]}}',
+                method="POST",
+            ),
+        )
     finally:
         runtime.close()
     assert kind1 == kind2 == "response"
     assert first["statusCode"] == 200 and first["isBase64Encoded"] is False
     assert orjson.loads(reply_body(first)) == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}
-    assert orjson.loads(reply_body(second)) == {"outputs": {
-        "sum": [[3.0, 4.0, 5.0, 6.0]], "product": [[2.0, 4.0, 6.0, 8.0]]}}
-    cold = [line for line in runtime.log.read_text().splitlines()
-            if "ov_serverless_cold_start" in line]
+    assert orjson.loads(reply_body(second)) == {
+        "outputs": {"sum": [[3.0, 4.0, 5.0, 6.0]], "product": [[2.0, 4.0, 6.0, 8.0]]}
+    }
+    cold = [
+        line for line in runtime.log.read_text().splitlines() if "ov_serverless_cold_start" in line
+    ]
     assert len(cold) == 1 and '"request_id":"req-1"' in cold[0]
 
 
@@ -178,24 +199,43 @@ def _assert_shape(event: dict[str, Any], reply: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("python", ["3.11", "3.12"])
 def test_every_sample_event_through_the_bootstrap(
-        python: str, repo: Repo, tensor: np.ndarray,
-        reference: Callable[[np.ndarray], np.ndarray], tmp_path: Path) -> None:
+    python: str,
+    repo: Repo,
+    tensor: np.ndarray,
+    reference: Callable[[np.ndarray], np.ndarray],
+    tmp_path: Path,
+) -> None:
     """Every sample event in tests/events/ (API Gateway v1 with a stage, HTTP API v2,
     Function URL, ALB single and multi-value) carrying a health call, a TFS predict and a
     KServe binary infer, through the real bootstrap; shapes per source, numbers checked."""
     interpreter = sys.executable if python == "3.11" else _python312()
-    version = subprocess.run([interpreter, "-c", "import sys; print(sys.version_info[:2])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        [interpreter, "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert version == f"({python.replace('.', ', ')})"
     binary, headers = kserve_binary(tensor)
     events = []
     for name in SAMPLES:
         events += [
             load_event(name, "/v2/health/ready", method="GET"),
-            load_event(name, "/v1/models/scaler:predict", b'{"instances": [[1, 2, 3, 4]]}',
-                       method="POST", headers={"Content-Type": "application/json"}),
-            load_event(name, "/v2/models/classifier/infer", binary, base64=True,
-                       method="POST", headers=headers),
+            load_event(
+                name,
+                "/v1/models/scaler:predict",
+                b'{"instances": [[1, 2, 3, 4]]}',
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            ),
+            load_event(
+                name,
+                "/v2/models/classifier/infer",
+                binary,
+                base64=True,
+                method="POST",
+                headers=headers,
+            ),
         ]
     runtime = Bootstrap(_bootstrap_argv(interpreter), _env(repo), tmp_path / "runtime.log")
     try:
@@ -224,8 +264,9 @@ def test_init_error_path_answers_cleanly(repo: Repo, tmp_path: Path) -> None:
     env = {k: v for k, v in _env(repo).items() if k != "OVS_CONFIG_PATH"}
     runtime = Bootstrap(_bootstrap_argv(), env, tmp_path / "runtime.log")
     try:
-        results = runtime.invoke(*(load_event(name, "/v2/health/ready", method="GET")
-                                   for name in SAMPLES))
+        results = runtime.invoke(
+            *(load_event(name, "/v2/health/ready", method="GET") for name in SAMPLES)
+        )
     finally:
         runtime.close()
     for (kind, reply), name in zip(results, SAMPLES, strict=True):
@@ -244,8 +285,13 @@ def test_template_defaults_serve_the_baked_demo(tmp_path: Path) -> None:
     written = re.search(r"ov-serverless demo-repo (\S+)", run)
     assert written
     demo = tmp_path / "demo-models"
-    subprocess.run([str(Path(sys.executable).parent / "ov-serverless"), "demo-repo", str(demo)],
-                   check=True, cwd=ROOT, capture_output=True, timeout=300)
+    subprocess.run(
+        [str(Path(sys.executable).parent / "ov-serverless"), "demo-repo", str(demo)],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+    )
     image = image_config(DOCKERFILES["lambda"])  # BAKE_MODELS=demo, the template's value
     env = {k: v for k, v in os.environ.items() if not k.startswith("OVS_")}
     env |= image.env | _template_env() | {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
@@ -256,8 +302,13 @@ def test_template_defaults_serve_the_baked_demo(tmp_path: Path) -> None:
     try:
         (k1, ready), (k2, predict) = runtime.invoke(
             load_event("powertools/lambdaFunctionUrlEvent", "/v2/health/ready", method="GET"),
-            load_event("powertools/lambdaFunctionUrlEvent", "/v1/models/scaler:predict",
-                       b'{"instances": [[1, 2, 3, 4]]}', method="POST"))
+            load_event(
+                "powertools/lambdaFunctionUrlEvent",
+                "/v1/models/scaler:predict",
+                b'{"instances": [[1, 2, 3, 4]]}',
+                method="POST",
+            ),
+        )
     finally:
         runtime.close()
     assert (k1, k2) == ("response", "response")

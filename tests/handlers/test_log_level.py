@@ -43,13 +43,13 @@ def _json_levels(text: str) -> set[str]:
     return levels
 
 
-def test_lambda_handler(serving_env: pytest.MonkeyPatch, root_logger: logging.Logger,
-                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_lambda_handler(
+    serving_env: pytest.MonkeyPatch, root_logger: logging.Logger, capsys: pytest.CaptureFixture[str]
+) -> None:
     serving_env.setenv("OVS_LOG_LEVEL", "DEBUG")
     handler = aws_lambda.build()
     assert root_logger.level == logging.DEBUG
-    handler(load_event("powertools/apiGatewayProxyV2Event", "/v2/health/ready"),
-                LambdaContext())
+    handler(load_event("powertools/apiGatewayProxyV2Event", "/v2/health/ready"), LambdaContext())
     assert "DEBUG" in _json_levels(capsys.readouterr().err)  # the router's request line
 
     serving_env.setenv("OVS_LOG_LEVEL", "warning")
@@ -58,11 +58,13 @@ def test_lambda_handler(serving_env: pytest.MonkeyPatch, root_logger: logging.Lo
     assert _json_levels(capsys.readouterr().err) <= {"WARNING", "ERROR"}  # no load INFO lines
 
 
-def test_functions_framework(serving_env: pytest.MonkeyPatch, root_logger: logging.Logger,
-                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_functions_framework(
+    serving_env: pytest.MonkeyPatch, root_logger: logging.Logger, capsys: pytest.CaptureFixture[str]
+) -> None:
     serving_env.setenv("OVS_LOG_LEVEL", "DEBUG")
     client = functions_framework.create_app(
-        "predict", str(ROOT / "handlers" / "cloud_run.py")).test_client()
+        "predict", str(ROOT / "handlers" / "cloud_run.py")
+    ).test_client()
     assert root_logger.level == logging.DEBUG
     assert client.get("/v2/health/live").status_code == 200
     assert "DEBUG" in _json_levels(capsys.readouterr().err)
@@ -83,9 +85,14 @@ def test_azure_function(serving_env: pytest.MonkeyPatch, root_logger: logging.Lo
 
 
 def _invoke(env: dict[str, str], *flags: str) -> set[str]:
-    proc = subprocess.run([str(BIN / "ov-serverless"), "invoke", "GET", "/v2/health/ready",
-                           *flags], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [str(BIN / "ov-serverless"), "invoke", "GET", "/v2/health/ready", *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return _json_levels(proc.stderr)
 
@@ -108,5 +115,6 @@ def _serve_levels(env: dict[str, str], logs: Path) -> set[str]:
 
 def test_serve_reads_the_env(repo: Repo, tmp_path: Path) -> None:
     assert "INFO" in _serve_levels(server_env(repo), tmp_path / "default")  # model load lines
-    assert "INFO" not in _serve_levels(server_env(repo, OVS_LOG_LEVEL="WARNING"),
-                                       tmp_path / "warning")
+    assert "INFO" not in _serve_levels(
+        server_env(repo, OVS_LOG_LEVEL="WARNING"), tmp_path / "warning"
+    )

@@ -19,8 +19,12 @@ from azure.functions.decorators.function_app import Function
 from handlers import aws_lambda, azure_functions
 from tests.handlers.conftest import ROOT, AzureContext, LambdaContext, load_event
 
-SOURCES = ["powertools/apiGatewayProxyV2Event", "powertools/lambdaFunctionUrlEvent",
-           "powertools/apiGatewayProxyEvent", "powertools/albEvent"]
+SOURCES = [
+    "powertools/apiGatewayProxyV2Event",
+    "powertools/lambdaFunctionUrlEvent",
+    "powertools/apiGatewayProxyEvent",
+    "powertools/albEvent",
+]
 # (env to set, env to drop, text the 503 must contain)
 CASES = [
     ({}, ["OVS_CONFIG_PATH"], "OVS_CONFIG_PATH"),
@@ -61,21 +65,29 @@ def test_functions_framework_answers_503(
 ) -> None:
     _misconfigure(serving_env, setting, drop)
     client = functions_framework.create_app(
-        "predict", str(ROOT / "handlers" / "cloud_run.py")).test_client()
+        "predict", str(ROOT / "handlers" / "cloud_run.py")
+    ).test_client()
     for path in ("/v2/health/ready", "/v2/health/live", "/v1/models/scaler"):
         reply = client.get(path)
         _assert_503(reply.status_code, reply.data, wanted)
 
 
 def _azure_call(function: Function, path: str) -> func.HttpResponse:
-    request = func.HttpRequest("GET", f"https://ovs.azurewebsites.net{path}", body=b"",
-                               headers={}, route_params={"path": path[1:]})
+    request = func.HttpRequest(
+        "GET",
+        f"https://ovs.azurewebsites.net{path}",
+        body=b"",
+        headers={},
+        route_params={"path": path[1:]},
+    )
     response: func.HttpResponse = function.get_user_function()(request, AzureContext())
     return response
 
 
-@pytest.mark.parametrize(("setting", "drop", "wanted"), [
-    *CASES, ({"OVS_AZURE_AUTH_LEVEL": "everyone"}, [], "OVS_AZURE_AUTH_LEVEL")])
+@pytest.mark.parametrize(
+    ("setting", "drop", "wanted"),
+    [*CASES, ({"OVS_AZURE_AUTH_LEVEL": "everyone"}, [], "OVS_AZURE_AUTH_LEVEL")],
+)
 def test_azure_function_registers_and_answers_503(
     serving_env: pytest.MonkeyPatch, setting: dict[str, str], drop: list[str], wanted: str
 ) -> None:

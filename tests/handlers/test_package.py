@@ -25,8 +25,14 @@ from handlers.package import LAMBDA_UNZIPPED_LIMIT, Options, PackageError, Targe
 from tests.handlers.conftest import Call, load_event, outputs, reply_body, reply_headers
 from tests.handlers.test_lambda_runtime import PREFIX, RuntimeApi, _Handler
 
-FORBIDDEN = ("libopenvino_intel_gpu_plugin", "libopenvino_intel_npu_plugin",
-             "libopenvino_onnx_frontend", "/tests/", "/include/", ".cpython-311.pyc")
+FORBIDDEN = (
+    "libopenvino_intel_gpu_plugin",
+    "libopenvino_intel_npu_plugin",
+    "libopenvino_onnx_frontend",
+    "/tests/",
+    "/include/",
+    ".cpython-311.pyc",
+)
 
 
 PYTHON312 = package.find_python("3.12")
@@ -38,14 +44,16 @@ def demo_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def built(demo_config: Path, tmp_path_factory: pytest.TempPathFactory
-          ) -> tuple[Path, package.Report]:
+def built(
+    demo_config: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, package.Report]:
     out = tmp_path_factory.mktemp("zip") / "function.zip"
     return out, package.build(out, Options(Target("x86_64", "3.12"), config_path=demo_config))
 
 
 def test_zip_for_python312_fits_with_room_and_holds_what_lambda_runs(
-        built: tuple[Path, package.Report]) -> None:
+    built: tuple[Path, package.Report],
+) -> None:
     out, report = built
     assert report.unzipped_bytes < 0.8 * LAMBDA_UNZIPPED_LIMIT  # room for bigger models
     assert report.zipped_bytes == out.stat().st_size < report.unzipped_bytes
@@ -75,14 +83,14 @@ def test_zip_for_python312_fits_with_room_and_holds_what_lambda_runs(
     pruned = dict(report.pruned)
     assert pruned["openvino/libs/libopenvino_intel_gpu_plugin.so"] > 20 << 20
     assert report.frontends == ("ir",)
-    assert report.environment == {
-        "OVS_CONFIG_PATH": "/var/task/model_repository/config.json"}
+    assert report.environment == {"OVS_CONFIG_PATH": "/var/task/model_repository/config.json"}
     text = "\n".join(report.lines())
     assert "unzipped" in text and "zipped" in text and "libopenvino_intel_gpu_plugin" in text
 
 
-def test_building_twice_gives_the_same_bytes(built: tuple[Path, package.Report],
-                                             demo_config: Path, tmp_path: Path) -> None:
+def test_building_twice_gives_the_same_bytes(
+    built: tuple[Path, package.Report], demo_config: Path, tmp_path: Path
+) -> None:
     first, _ = built
     again = tmp_path / "again.zip"
     package.build(again, Options(Target("x86_64", "3.12"), config_path=demo_config))
@@ -100,30 +108,54 @@ def test_arm64_stops_with_the_glibc_it_needs(tmp_path: Path) -> None:
     assert "needs glibc 2." in message and not out.exists()
 
 
-@pytest.mark.parametrize(("config", "args", "message"), [
-    ({"model_config_list": [{"config": {"name": "m", "base_path": "/srv/models/m"}}]}, [],
-     "model base_path '/srv/models/m' is outside the config's folder"),
-    ({"model_config_list": [{"config": {"name": "m", "base_path": "../m"}}]}, [],
-     "model base_path '../m' is outside the config's folder"),
-    ({"model_config_list": []}, ["--extras", "nosuch"], "unknown extra 'nosuch'"),
-    ({"model_config_list": []}, ["--frontends", "onnx,caffe"], "unknown frontend caffe"),
-])
+@pytest.mark.parametrize(
+    ("config", "args", "message"),
+    [
+        (
+            {"model_config_list": [{"config": {"name": "m", "base_path": "/srv/models/m"}}]},
+            [],
+            "model base_path '/srv/models/m' is outside the config's folder",
+        ),
+        (
+            {"model_config_list": [{"config": {"name": "m", "base_path": "../m"}}]},
+            [],
+            "model base_path '../m' is outside the config's folder",
+        ),
+        ({"model_config_list": []}, ["--extras", "nosuch"], "unknown extra 'nosuch'"),
+        ({"model_config_list": []}, ["--frontends", "onnx,caffe"], "unknown frontend caffe"),
+    ],
+)
 def test_command_line_mistakes_fail_before_any_download(
-        tmp_path: Path, config: dict[str, Any], args: list[str], message: str) -> None:
+    tmp_path: Path, config: dict[str, Any], args: list[str], message: str
+) -> None:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "config.json").write_text(json.dumps(config))
     done = subprocess.run(
-        [sys.executable, "-m", "handlers.cli", "package", "lambda-zip",
-         str(tmp_path / "out.zip"), "--config_path", str(tmp_path / "repo" / "config.json"),
-         *args], capture_output=True, text=True, timeout=60, check=False,
-        env={**os.environ, "PIP_INDEX_URL": "http://127.0.0.1:9/"})  # no index reachable
+        [
+            sys.executable,
+            "-m",
+            "handlers.cli",
+            "package",
+            "lambda-zip",
+            str(tmp_path / "out.zip"),
+            "--config_path",
+            str(tmp_path / "repo" / "config.json"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PIP_INDEX_URL": "http://127.0.0.1:9/"},
+    )  # no index reachable
     assert done.returncode == 1, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out.zip").exists()
 
 
 def test_installed_distribution_declares_the_same_requirements(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from_checkout = package.project_requirements(["aws", "gcp"])
     monkeypatch.setattr(package, "project_root", lambda: tmp_path)  # no pyproject.toml there
     assert package.project_requirements(["aws", "gcp"]) == from_checkout
@@ -147,9 +179,14 @@ def test_prune_keeps_the_frontends_the_models_need(tmp_path: Path) -> None:
     staging = tmp_path / "task"
     libs = staging / "openvino" / "libs"
     libs.mkdir(parents=True)
-    for name in ("libopenvino_ir_frontend.so.2641", "libopenvino_onnx_frontend.so.2641",
-                 "libopenvino_paddle_frontend.so.2641", "libopenvino_intel_cpu_plugin.so",
-                 "libopenvino_intel_gpu_plugin.so", "cache.json"):
+    for name in (
+        "libopenvino_ir_frontend.so.2641",
+        "libopenvino_onnx_frontend.so.2641",
+        "libopenvino_paddle_frontend.so.2641",
+        "libopenvino_intel_cpu_plugin.so",
+        "libopenvino_intel_gpu_plugin.so",
+        "cache.json",
+    ):
         (libs / name).write_bytes(b"x" * 10)
     (staging / "openvino" / "frontend" / "onnx").mkdir(parents=True)
     (staging / "openvino" / "frontend" / "onnx" / "__init__.py").write_text("")
@@ -159,12 +196,15 @@ def test_prune_keeps_the_frontends_the_models_need(tmp_path: Path) -> None:
     frontends = package.frontends_needed(Options(model_path=tmp_path), staging)
     assert frontends == ("ir", "onnx")
     removed = {path for path, _ in package.prune(staging, frontends)}
-    assert removed == {"openvino/libs/libopenvino_paddle_frontend.so.2641",
-                       "openvino/libs/libopenvino_intel_gpu_plugin.so",
-                       "openvino/libs/cache.json"}
+    assert removed == {
+        "openvino/libs/libopenvino_paddle_frontend.so.2641",
+        "openvino/libs/libopenvino_intel_gpu_plugin.so",
+        "openvino/libs/cache.json",
+    }
 
 
 # -- the unzipped package under the real bootstrap ----------------------------------------------
+
 
 class _SnapStartHandler(_Handler):
     """The Runtime API, plus the restore endpoint SnapStart's init calls before resuming."""
@@ -183,8 +223,9 @@ class SnapStartRuntimeApi(RuntimeApi):
 
 
 @pytest.fixture(scope="module")
-def runnable(built: tuple[Path, package.Report], demo_config: Path,
-             tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+def runnable(
+    built: tuple[Path, package.Report], demo_config: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path, str]:
     """(task folder, runtime folder, python): the zip unzipped into a fresh folder, and the
     managed runtime's part (awslambdaric and its dependencies) installed for the same CPython.
     Without a CPython 3.12 here, the same build runs for this interpreter's version."""
@@ -218,27 +259,51 @@ def runtime_api() -> Iterator[SnapStartRuntimeApi]:
 
 
 def test_unzipped_package_serves_under_the_real_bootstrap_with_snapstart(
-        runnable: tuple[Path, Path, str], runtime_api: SnapStartRuntimeApi,
-        contract_calls: list[Call], tmp_path: Path) -> None:
+    runnable: tuple[Path, Path, str],
+    runtime_api: SnapStartRuntimeApi,
+    contract_calls: list[Call],
+    tmp_path: Path,
+) -> None:
     task, runtime, python = runnable
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "LANG": "C.UTF-8",
-           "PYTHONPATH": f"{task}:{runtime}",  # /var/task first, then /var/runtime
-           "LAMBDA_TASK_ROOT": str(task), "AWS_LAMBDA_INITIALIZATION_TYPE": "snap-start",
-           "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{runtime_api.server_address[1]}",
-           "AWS_LAMBDA_FUNCTION_NAME": "ovs", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "3008",
-           "AWS_LAMBDA_FUNCTION_VERSION": "1", "_HANDLER": "handlers.aws_lambda.handler",
-           "OVS_CONFIG_PATH": str(task / "model_repository" / "config.json"),
-           "OVS_CACHE_DIR": str(tmp_path / "cache")}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": f"{task}:{runtime}",  # /var/task first, then /var/runtime
+        "LAMBDA_TASK_ROOT": str(task),
+        "AWS_LAMBDA_INITIALIZATION_TYPE": "snap-start",
+        "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{runtime_api.server_address[1]}",
+        "AWS_LAMBDA_FUNCTION_NAME": "ovs",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "3008",
+        "AWS_LAMBDA_FUNCTION_VERSION": "1",
+        "_HANDLER": "handlers.aws_lambda.handler",
+        "OVS_CONFIG_PATH": str(task / "model_repository" / "config.json"),
+        "OVS_CACHE_DIR": str(tmp_path / "cache"),
+    }
     calls = [c for c in contract_calls if c.name in ("tfs-row", "kserve-binary", "tfs-jpeg")]
     for call in calls:
-        runtime_api.events.put((call.name, load_event(
-            "sam-cli-rendered/HttpApi", call.path, call.body, base64=True, method=call.method,
-            headers=call.headers)))
+        runtime_api.events.put(
+            (
+                call.name,
+                load_event(
+                    "sam-cli-rendered/HttpApi",
+                    call.path,
+                    call.body,
+                    base64=True,
+                    method=call.method,
+                    headers=call.headers,
+                ),
+            )
+        )
     log = tmp_path / "runtime.log"
     with log.open("wb") as out:  # -s: no user site; -S would also drop the stdlib's site
-        proc = subprocess.Popen([python, "-s", "-m", "awslambdaric",
-                                 "handlers.aws_lambda.handler"], cwd=task, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [python, "-s", "-m", "awslambdaric", "handlers.aws_lambda.handler"],
+            cwd=task,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         results = _collect(runtime_api, len(calls) + 1, log.read_text)
     finally:
@@ -270,7 +335,12 @@ def _collect(api: RuntimeApi, count: int, log: Callable[[], str]) -> dict[str, A
 
 def _imported(python: str, task: Path, runtime: Path) -> str:
     """Where that interpreter, with the function's path, imports openvino from."""
-    done = subprocess.run([python, "-s", "-c", "import openvino; print(openvino.__file__)"],
-                          cwd=task, env={"PYTHONPATH": f"{task}:{runtime}"},
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [python, "-s", "-c", "import openvino; print(openvino.__file__)"],
+        cwd=task,
+        env={"PYTHONPATH": f"{task}:{runtime}"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout

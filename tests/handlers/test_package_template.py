@@ -21,8 +21,13 @@ LINT = "import sys; from cfnlint.runner import main; sys.argv[0] = 'cfn-lint'; s
 
 
 def _lint(path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", LINT, str(path)], capture_output=True,
-                          text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", LINT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -35,8 +40,7 @@ class _NoManagedPolicies:
 def resources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     sam = yaml_parse(TEMPLATE.read_text())
     # `sam deploy` uploads CodeUri's zip and puts its S3 location here; do the same
-    sam["Resources"]["InferenceFunction"]["Properties"]["CodeUri"] = \
-        "s3://deploy-bucket/lambda.zip"
+    sam["Resources"]["InferenceFunction"]["Properties"]["CodeUri"] = "s3://deploy-bucket/lambda.zip"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
         cfn = transform(sam, {}, _NoManagedPolicies())
@@ -64,8 +68,9 @@ def test_zip_function_on_the_python_runtime_with_snapstart(resources: dict[str, 
     assert "FileSystemConfigs" not in function  # SnapStart takes no EFS
     kinds = {r["Type"] for r in resources.values()}
     assert "AWS::Lambda::Version" in kinds and "AWS::Lambda::Alias" in kinds
-    assert not any("ProvisionedConcurrencyConfig" in r.get("Properties", {})
-                   for r in resources.values())
+    assert not any(
+        "ProvisionedConcurrencyConfig" in r.get("Properties", {}) for r in resources.values()
+    )
     env = function["Environment"]["Variables"]
     assert env["OVS_CONFIG_PATH"] == {"Ref": "ConfigPath"}
     default = template["Parameters"]["ConfigPath"]["Default"]
@@ -73,11 +78,18 @@ def test_zip_function_on_the_python_runtime_with_snapstart(resources: dict[str, 
     module, name = function["Handler"].rsplit(".", 1)
     # resolved as the Lambda bootstrap does (import the module, look the name up), on an
     # instance with no models: the lookup runs the init phase, which answers 503, not raises
-    resolve = (f"import importlib; module = importlib.import_module({module!r}); "
-               f"print(callable(getattr(module, {name!r})))")
-    done = subprocess.run([sys.executable, "-c", resolve], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120,
-                          env={"PYTHONPATH": str(ROOT), "OVS_CONFIG_PATH": "/nonexistent.json"})
+    resolve = (
+        f"import importlib; module = importlib.import_module({module!r}); "
+        f"print(callable(getattr(module, {name!r})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", resolve],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "OVS_CONFIG_PATH": "/nonexistent.json"},
+    )
     assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
 
 
@@ -88,6 +100,7 @@ def test_url_and_http_api_invoke_the_alias_not_latest(resources: dict[str, Any])
     assert url["TargetFunctionArn"] == {"Ref": alias}  # an alias's Ref is its ARN
     body = json.dumps(resources["ServerlessHttpApi"]["Properties"]["Body"])
     assert alias in body  # the integration's URI is the alias's ARN
-    permissions = [r["Properties"] for r in resources.values()
-                   if r["Type"] == "AWS::Lambda::Permission"]
+    permissions = [
+        r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Permission"
+    ]
     assert permissions and all(p["FunctionName"] == {"Ref": alias} for p in permissions)

@@ -33,12 +33,19 @@ from tests.emulators import MotoS3
 from tests.stateful.conftest import accumulator
 
 BUCKET = "snapstart-models"
-CONFIG = {"model_config_list": [
-    {"config": {"name": "classifier", "base_path": f"s3://{BUCKET}/classifier"}},
-    {"config": {"name": "scaler", "base_path": f"s3://{BUCKET}/scaler"}},
-    {"config": {"name": "accumulator", "base_path": f"s3://{BUCKET}/accumulator",
-                "stateful": True}},
-]}
+CONFIG = {
+    "model_config_list": [
+        {"config": {"name": "classifier", "base_path": f"s3://{BUCKET}/classifier"}},
+        {"config": {"name": "scaler", "base_path": f"s3://{BUCKET}/scaler"}},
+        {
+            "config": {
+                "name": "accumulator",
+                "base_path": f"s3://{BUCKET}/accumulator",
+                "stateful": True,
+            }
+        },
+    ]
+}
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +72,19 @@ def _fill(emulator: MotoS3, models: Path) -> None:
     client = _client(emulator)
     client.create_bucket(Bucket=BUCKET)
     for path in sorted(p for p in models.rglob("*") if p.is_file()):
-        client.put_object(Bucket=BUCKET, Key=path.relative_to(models).as_posix(),
-                          Body=path.read_bytes())
+        client.put_object(
+            Bucket=BUCKET, Key=path.relative_to(models).as_posix(), Body=path.read_bytes()
+        )
 
 
 def _client(emulator: MotoS3) -> Any:
-    return boto3.client("s3", endpoint_url=emulator.endpoint, region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    return boto3.client(
+        "s3",
+        endpoint_url=emulator.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 @pytest.fixture
@@ -82,8 +95,12 @@ def app(s3: MotoS3, models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("OVS_S3_CLIENT", raising=False)
     config = tmp_path / "config.json"
     config.write_text(json.dumps(CONFIG))
-    settings = Settings.from_env(config_path=str(config), cache_dir=str(tmp_path / "cache"),
-                                 reload_interval=0.5, concurrent=False)
+    settings = Settings.from_env(
+        config_path=str(config),
+        cache_dir=str(tmp_path / "cache"),
+        reload_interval=0.5,
+        concurrent=False,
+    )
     return App(ModelManager.start(settings), settings)
 
 
@@ -115,22 +132,28 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _hook_lines(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line)["ov_serverless_snapstart"] for line in text.splitlines()
-            if line.startswith('{"ov_serverless_snapstart"')]
+    return [
+        json.loads(line)["ov_serverless_snapstart"]
+        for line in text.splitlines()
+        if line.startswith('{"ov_serverless_snapstart"')
+    ]
 
 
-def _predict(app: App, name: str, body: dict[str, Any], version: int | None = None
-             ) -> dict[str, Any]:
+def _predict(
+    app: App, name: str, body: dict[str, Any], version: int | None = None
+) -> dict[str, Any]:
     where = f"/versions/{version}" if version else ""
-    response = app.handle(make_request("POST", f"/v1/models/{name}{where}:predict",
-                                       orjson.dumps(body), {}))
+    response = app.handle(
+        make_request("POST", f"/v1/models/{name}{where}:predict", orjson.dumps(body), {})
+    )
     assert response.status == 200, response.body[:300]
     return dict(orjson.loads(response.body))
 
 
 def _sequence_start(app: App) -> int:
-    out = _predict(app, "accumulator", {"inputs": {"x": [[1, 1, 1, 1]],
-                                                   "sequence_control_input": [1]}})
+    out = _predict(
+        app, "accumulator", {"inputs": {"x": [[1, 1, 1, 1]], "sequence_control_input": [1]}}
+    )
     return int(np.ravel(out["outputs"]["sequence_id"])[0])
 
 
@@ -140,8 +163,14 @@ def _expected(tensor: np.ndarray) -> np.ndarray:
 
 
 def test_restored_copy_answers_without_loading_and_renews_its_state(
-        app: App, hooks: dict[str, Any], s3: MotoS3, models: Path, loads: list[str],
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    app: App,
+    hooks: dict[str, Any],
+    s3: MotoS3,
+    models: Path,
+    loads: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     metrics_at_init = metrics.exposition(app.manager)[0]
     lambda_runtime_hooks_runner.run_before_snapshot()  # awslambdaric's runner, as on Lambda
     assert metrics.exposition(app.manager)[0] == metrics_at_init  # warm-up not counted
@@ -198,13 +227,18 @@ def test_restored_copy_answers_without_loading_and_renews_its_state(
 def _put_version(s3: MotoS3, folder: Path) -> None:
     save(classifier(seed=1, batch=None), folder)
     for path in sorted(folder.iterdir()):
-        _client(s3).put_object(Bucket=BUCKET, Key=f"classifier/2/{path.name}",
-                               Body=path.read_bytes())
+        _client(s3).put_object(
+            Bucket=BUCKET, Key=f"classifier/2/{path.name}", Body=path.read_bytes()
+        )
 
 
 def test_restore_on_another_cpu_recompiles_in_the_background(
-        app: App, hooks: dict[str, Any], loads: list[str], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    app: App,
+    hooks: dict[str, Any],
+    loads: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     lambda_runtime_hooks_runner.run_before_snapshot()
     served = app.manager.models["classifier"]
     old_version = served.default_version()
@@ -238,8 +272,12 @@ def test_restore_on_another_cpu_recompiles_in_the_background(
 
 
 def test_restore_on_a_cpu_lacking_a_feature_recompiles_before_any_request(
-        app: App, hooks: dict[str, Any], loads: list[str], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    app: App,
+    hooks: dict[str, Any],
+    loads: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The snapshot's compile may use instructions this CPU lacks: it must not serve."""
     lambda_runtime_hooks_runner.run_before_snapshot()
     served = app.manager.models["classifier"]
@@ -262,7 +300,6 @@ def test_restore_on_a_cpu_lacking_a_feature_recompiles_before_any_request(
     np.testing.assert_allclose(out["predictions"], expected, rtol=1e-5, atol=1e-6)
 
 
-def test_without_snapshot_restore_py_nothing_is_registered(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_snapshot_restore_py_nothing_is_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "snapshot_restore_py", None)
     assert snapstart.register({}) is False

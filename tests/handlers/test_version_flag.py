@@ -13,8 +13,9 @@ from tests.core.helpers import console_script
 
 @pytest.mark.parametrize("args", [["--version"], ["serve", "--version"]])
 def test_version_prints_both_versions(args: list[str]) -> None:
-    done = subprocess.run([console_script(), *args], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([console_script(), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"ov-serverless {version('ov-serverless')}",
-                                        f"OpenVINO backend {ov.get_version()}"]
+    assert done.stdout.splitlines() == [
+        f"ov-serverless {version('ov-serverless')}",
+        f"OpenVINO backend {ov.get_version()}",
+    ]

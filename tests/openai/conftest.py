@@ -21,10 +21,19 @@ from demo.bert_export import export, minilm_source, random_weights
 from demo.models import save, scaler
 
 F32 = '{"INFERENCE_PRECISION_HINT": "f32"}'  # exact numbers on CPUs that default to bf16
-CROSS_CONFIG = {"architectures": ["BertForSequenceClassification"], "hidden_size": 32,
-                "intermediate_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
-                "layer_norm_eps": 1e-12, "max_position_embeddings": 48, "vocab_size": 30522,
-                "type_vocab_size": 2, "pad_token_id": 0, "model_type": "bert"}
+CROSS_CONFIG = {
+    "architectures": ["BertForSequenceClassification"],
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "layer_norm_eps": 1e-12,
+    "max_position_embeddings": 48,
+    "vocab_size": 30522,
+    "type_vocab_size": 2,
+    "pad_token_id": 0,
+    "model_type": "bert",
+}
 
 
 @dataclass(frozen=True)
@@ -47,14 +56,23 @@ def text_repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
     source = minilm_source()
     minilm = export(source, root / "minilm", "embeddings", plugin_config=F32)
     weights = random_weights(CROSS_CONFIG, seed=3)
-    cross = export(source, root / "cross", "rerank", weights=weights, config=CROSS_CONFIG,
-                   max_allowed_chunks=20, plugin_config=F32)
+    cross = export(
+        source,
+        root / "cross",
+        "rerank",
+        weights=weights,
+        config=CROSS_CONFIG,
+        max_allowed_chunks=20,
+        plugin_config=F32,
+    )
     save(scaler(2.0), root / "scaler" / "1")
-    config = {"model_config_list": [
-        {"config": {"name": "minilm", "base_path": "minilm", "task": "embeddings"}},
-        {"config": {"name": "cross", "base_path": "cross"}},  # task from graph.pbtxt
-        {"config": {"name": "scaler", "base_path": "scaler"}},
-    ]}
+    config = {
+        "model_config_list": [
+            {"config": {"name": "minilm", "base_path": "minilm", "task": "embeddings"}},
+            {"config": {"name": "cross", "base_path": "cross"}},  # task from graph.pbtxt
+            {"config": {"name": "scaler", "base_path": "scaler"}},
+        ]
+    }
     (root / "config.json").write_text(json.dumps(config))
     return Repo(root, root / "config.json", minilm, cross, weights)
 
@@ -71,12 +89,16 @@ Call = Callable[..., tuple[int, Any]]
 @pytest.fixture(scope="session")
 def call(app: App) -> Call:
     """(status, parsed JSON body) of one request through the App."""
+
     def run(method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        raw = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) \
+        raw = (
+            json.dumps(body).encode()
+            if body is not None and not isinstance(body, bytes)
             else (body or b"")
-        response = app.handle(make_request(method, path, raw,
-                                           {"content-type": "application/json"}))
+        )
+        response = app.handle(make_request(method, path, raw, {"content-type": "application/json"}))
         return response.status, json.loads(response.body) if response.body else None
+
     return run
 
 
@@ -94,8 +116,11 @@ class Direct:
         return ids[:, :width], mask[:, :width]
 
     def run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return np.asarray(self.model({"input_ids": ids, "attention_mask": mask,
-                                      "token_type_ids": np.zeros_like(ids)})[0])
+        return np.asarray(
+            self.model(
+                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            )[0]
+        )
 
 
 def direct(folder: Path) -> Direct:
@@ -104,8 +129,10 @@ def direct(folder: Path) -> Direct:
 
     core.add_extension(str(openvino_tokenizers._ext_path))
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}
-    return Direct(core.compile_model(str(folder / "openvino_tokenizer.xml"), "CPU"),
-                  core.compile_model(str(folder / "openvino_model.xml"), "CPU", f32))
+    return Direct(
+        core.compile_model(str(folder / "openvino_tokenizer.xml"), "CPU"),
+        core.compile_model(str(folder / "openvino_model.xml"), "CPU", f32),
+    )
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,11 @@ from tests.emulators import EMULATORS, Emulator
 from tests.openai.conftest import Call, Repo
 from tests.storage.helpers import use_store_env
 
-RERANK = {"model": "cross", "query": "what do pandas eat",
-          "documents": ["Pandas eat bamboo.", "Stocks fell on Monday.", "Bread recipes."]}
+RERANK = {
+    "model": "cross",
+    "query": "what do pandas eat",
+    "documents": ["Pandas eat bamboo.", "Stocks fell on Monday.", "Bread recipes."],
+}
 
 
 @pytest.fixture(scope="module", params=["s3", "gs", "az"])
@@ -28,16 +31,17 @@ def emulator(request: pytest.FixtureRequest) -> Iterator[Emulator]:
         started.close()
 
 
-def test_rerank_model_from_a_bucket(emulator: Emulator, text_repo: Repo, call: Call,
-                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_rerank_model_from_a_bucket(
+    emulator: Emulator, text_repo: Repo, call: Call, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     scheme = {"MotoS3": "s3", "FakeGcs": "gs", "Azurite": "az"}[type(emulator).__name__]
     store = use_store_env(monkeypatch, emulator, scheme)
     for path in text_repo.cross.rglob("*"):
         if path.is_file():
-            store.put(f"cross/1/{path.relative_to(text_repo.cross).as_posix()}",
-                      path.read_bytes())
-    settings = Settings(model_name="cross", model_path=store.url("cross"),
-                        cache_dir=str(tmp_path / "cache"))
+            store.put(f"cross/1/{path.relative_to(text_repo.cross).as_posix()}", path.read_bytes())
+    settings = Settings(
+        model_name="cross", model_path=store.url("cross"), cache_dir=str(tmp_path / "cache")
+    )
     app = App(ModelManager.start(settings), settings)
     reply = app.handle(make_request("POST", "/v3/rerank", json.dumps(RERANK).encode()))
     assert reply.status == 200, reply.body

@@ -38,8 +38,11 @@ def link_version(source: Path, dest: Path, **graph: str) -> Path:
 
 
 def embed(app: App, model: str, texts: list[str] = TEXTS) -> tuple[int, Any]:
-    reply = app.handle(make_request("POST", "/v3/embeddings",
-                                    json.dumps({"model": model, "input": texts}).encode()))
+    reply = app.handle(
+        make_request(
+            "POST", "/v3/embeddings", json.dumps({"model": model, "input": texts}).encode()
+        )
+    )
     return reply.status, json.loads(reply.body)
 
 
@@ -57,8 +60,9 @@ def served(app: App) -> np.ndarray:
     return vectors(embed(app, "minilm")[1])
 
 
-def test_unversioned_export_folder_serves_as_version_1(text_repo: Repo, tmp_path: Path,
-                                                       served: np.ndarray) -> None:
+def test_unversioned_export_folder_serves_as_version_1(
+    text_repo: Repo, tmp_path: Path, served: np.ndarray
+) -> None:
     flat = link_version(text_repo.minilm, tmp_path / "flat")
     app = start(tmp_path, model_name="flat", model_path=str(flat))  # task from graph.pbtxt
     status, body = embed(app, "flat")
@@ -67,25 +71,28 @@ def test_unversioned_export_folder_serves_as_version_1(text_repo: Repo, tmp_path
     assert status_doc["model_version_status"][0]["version"] == "1"
 
 
-def test_new_version_hot_reloads_with_its_graph_options(text_repo: Repo, tmp_path: Path,
-                                                        minilm_direct: Direct,
-                                                        served: np.ndarray) -> None:
+def test_new_version_hot_reloads_with_its_graph_options(
+    text_repo: Repo, tmp_path: Path, minilm_direct: Direct, served: np.ndarray
+) -> None:
     base = tmp_path / "versions"
     link_version(text_repo.minilm, base / "1")
     app = start(tmp_path, model_name="m", model_path=str(base))
     assert np.array_equal(vectors(embed(app, "m")[1]), served)
-    link_version(text_repo.minilm, base / "2", pooling="CLS", normalize_embeddings=False,
-                 plugin_config=F32)
+    link_version(
+        text_repo.minilm, base / "2", pooling="CLS", normalize_embeddings=False, plugin_config=F32
+    )
     assert app.manager.reload()
     ids, mask = minilm_direct.tokens(TEXTS)
     assert np.abs(vectors(embed(app, "m")[1]) - minilm_direct.run(ids, mask)[:, 0]).max() < 1e-4
     status_doc = json.loads(app.handle(make_request("GET", "/v1/models/m")).body)
-    assert {s["version"]: s["state"] for s in status_doc["model_version_status"]}["2"] \
-        == "AVAILABLE"
+    assert {s["version"]: s["state"] for s in status_doc["model_version_status"]}[
+        "2"
+    ] == "AVAILABLE"
 
 
-def test_lazy_load_lists_then_compiles_on_first_request(text_repo: Repo, tmp_path: Path,
-                                                        served: np.ndarray) -> None:
+def test_lazy_load_lists_then_compiles_on_first_request(
+    text_repo: Repo, tmp_path: Path, served: np.ndarray
+) -> None:
     app = start(tmp_path, config_path=str(text_repo.config), lazy_load=True)
     assert app.manager.models["minilm"].versions[1].status.state.name == "START"
     listed = json.loads(app.handle(make_request("GET", "/v3/models")).body)
@@ -110,16 +117,19 @@ def test_compiled_blob_is_reused(text_repo: Repo, tmp_path: Path, served: np.nda
 
 
 def test_max_allowed_inputs(text_repo: Repo, tmp_path: Path) -> None:
-    app = start(tmp_path, model_name="few", model_path=str(text_repo.minilm.parent),
-                model_options={"task": "embeddings", "max_allowed_inputs": 2})
+    app = start(
+        tmp_path,
+        model_name="few",
+        model_path=str(text_repo.minilm.parent),
+        model_options={"task": "embeddings", "max_allowed_inputs": 2},
+    )
     assert embed(app, "few", ["a", "b"])[0] == 200
     status, body = embed(app, "few", ["a", "b", "c"])
     assert status == 400
     assert body["error"]["message"] == "Number of inputs 3 exceeds the allowed maximum of 2"
 
 
-def test_a_graph_this_server_cannot_run_is_refused_at_load(text_repo: Repo,
-                                                           tmp_path: Path) -> None:
+def test_a_graph_this_server_cannot_run_is_refused_at_load(text_repo: Repo, tmp_path: Path) -> None:
     folder = link_version(text_repo.minilm, tmp_path / "llm" / "1")
     (folder / "graph.pbtxt").unlink()
     (folder / "graph.pbtxt").write_text('node { calculator: "HttpLLMCalculator" }')
@@ -133,7 +143,11 @@ def test_a_graph_this_server_cannot_run_is_refused_at_load(text_repo: Repo,
 
 
 def test_task_and_graph_disagree(text_repo: Repo, tmp_path: Path) -> None:
-    app = start(tmp_path, model_name="x", model_path=str(text_repo.minilm.parent),
-                model_options={"task": "rerank"})
+    app = start(
+        tmp_path,
+        model_name="x",
+        model_path=str(text_repo.minilm.parent),
+        model_options={"task": "rerank"},
+    )
     message = app.manager.models["x"].versions[1].status.error_message
     assert message == "graph.pbtxt runs embeddings, but the model is configured for task rerank"

@@ -31,10 +31,12 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
     save(scaler(2.0), root / "scaler" / "1")
     save(two_inputs(), root / "two_inputs" / "1")
     doc = json.loads(config.read_text())
-    doc["model_config_list"] += [{"config": {"name": n, "base_path": n}}
-                                 for n in ("scaler", "two_inputs")]
+    doc["model_config_list"] += [
+        {"config": {"name": n, "base_path": n}} for n in ("scaler", "two_inputs")
+    ]
     doc["custom_node_library_config_list"] += [
-        {"name": n, "base_path": library(n)} for n in ("offset", "split", "total", "boom")]
+        {"name": n, "base_path": library(n)} for n in ("offset", "split", "total", "boom")
+    ]
     boom = chain("boom", lib="boom")
     doc["pipeline_config_list"] += [chain(), fanout(), boom]
     config.write_text(json.dumps(doc, indent=1))

@@ -26,8 +26,9 @@ def _jpeg(bright: list[int], width: int = 320, height: int = 240) -> bytes:
     pixels = rng.integers(0, 50, (height, width, 3), dtype=np.uint8)
     for index in bright:
         top, left = height // 2 * (index // 2), width // 2 * (index % 2)
-        pixels[top:top + height // 2, left:left + width // 2] += np.array([200, 170, 140],
-                                                                          dtype=np.uint8)
+        pixels[top : top + height // 2, left : left + width // 2] += np.array(
+            [200, 170, 140], dtype=np.uint8
+        )
     buffer = io.BytesIO()
     Image.fromarray(pixels, "RGB").save(buffer, format="JPEG", quality=95)
     return buffer.getvalue()
@@ -45,8 +46,9 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build(tmp_path_factory.mktemp("detect_classify")).parent
 
 
-def test_the_example_serves_a_jpeg_as_the_steps_by_hand(example: Path,
-                                                        server_factory: ServerFactory) -> None:
+def test_the_example_serves_a_jpeg_as_the_steps_by_hand(
+    example: Path, server_factory: ServerFactory
+) -> None:
     server = server_factory(example / "config.json")
     data = _jpeg([0, 3])
     image = _decode_as_the_server_does(data)

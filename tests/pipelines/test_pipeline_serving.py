@@ -42,8 +42,7 @@ def chain_by_hand(repo: Repo, x: np.ndarray) -> dict[str, np.ndarray]:
     return {"sum": pair["sum"], "product": pair["product"], "scaled": y}
 
 
-def grpc_predict(channel: grpc.Channel, name: str, **inputs: np.ndarray
-                 ) -> dict[str, np.ndarray]:
+def grpc_predict(channel: grpc.Channel, name: str, **inputs: np.ndarray) -> dict[str, np.ndarray]:
     request = predict_pb2.PredictRequest()
     request.model_spec.name = name
     for key, value in inputs.items():
@@ -52,19 +51,22 @@ def grpc_predict(channel: grpc.Channel, name: str, **inputs: np.ndarray
     return {k: tfs_grpc.to_numpy(v, k) for k, v in reply.outputs.items()}
 
 
-def kserve_grpc_infer(channel: grpc.Channel, name: str, **inputs: np.ndarray
-                      ) -> dict[str, np.ndarray]:
+def kserve_grpc_infer(
+    channel: grpc.Channel, name: str, **inputs: np.ndarray
+) -> dict[str, np.ndarray]:
     from core.tensors import dtypes
 
     request = kpb.ModelInferRequest(model_name=name)
     for key, value in inputs.items():
-        request.inputs.add(name=key, datatype=dtypes.from_numpy(value.dtype).kserve,
-                           shape=value.shape)
+        request.inputs.add(
+            name=key, datatype=dtypes.from_numpy(value.dtype).kserve, shape=value.shape
+        )
         request.raw_input_contents.append(value.tobytes())
     reply = kgrpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
-    return {o.name: np.frombuffer(raw, dtype=dtypes.from_kserve(o.datatype).numpy)
-            .reshape(o.shape) for o, raw in zip(reply.outputs, reply.raw_output_contents,
-                                                strict=True)}
+    return {
+        o.name: np.frombuffer(raw, dtype=dtypes.from_kserve(o.datatype).numpy).reshape(o.shape)
+        for o, raw in zip(reply.outputs, reply.raw_output_contents, strict=True)
+    }
 
 
 def assert_same(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
@@ -76,8 +78,9 @@ def assert_same(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> 
 
 def test_two_models_and_a_custom_node_match_the_steps_by_hand(app: App, repo: Repo) -> None:
     expected = chain_by_hand(repo, X)
-    tfs = tfs_columns(doc(call(app, "POST", "/v1/models/chain:predict",
-                               {"inputs": {"x": X.tolist()}})))
+    tfs = tfs_columns(
+        doc(call(app, "POST", "/v1/models/chain:predict", {"inputs": {"x": X.tolist()}}))
+    )
     assert_same(tfs, expected)
     kserve = kserve_outputs(doc(call(app, "POST", "/v2/models/chain/infer", kserve_body(x=X))))
     assert_same(kserve, expected)
@@ -87,8 +90,9 @@ def test_two_models_and_a_custom_node_match_the_steps_by_hand(app: App, repo: Re
 
 
 def test_a_pipeline_ignores_the_requested_version(app: App, repo: Repo) -> None:
-    answer = doc(call(app, "POST", "/v1/models/chain/versions/7:predict",
-                      {"inputs": {"x": X.tolist()}}))
+    answer = doc(
+        call(app, "POST", "/v1/models/chain/versions/7:predict", {"inputs": {"x": X.tolist()}})
+    )
     assert_same(tfs_columns(answer), chain_by_hand(repo, X))
 
 
@@ -98,7 +102,7 @@ def _image(bright: list[int]) -> np.ndarray:
     image = rng.uniform(0, 60, (1, 3, 224, 224)).astype(np.float32)
     for index in bright:
         top, left = 112 * (index // 2), 112 * (index % 2)
-        image[:, :, top:top + 112, left:left + 112] += 180
+        image[:, :, top : top + 112, left : left + 112] += 180
     return image
 
 
@@ -110,13 +114,21 @@ def test_demultiplexed_crops_match_classifying_each_crop_alone(app: App, repo: R
     each = np.stack([run(classifier, input=crop)["probabilities"] for crop in crops["crops"]])
     assert each.shape == (3, 1, 1000)
     expected = {"probabilities": each, "boxes": crops["boxes"]}
-    got = tfs_columns(doc(call(app, "POST", "/v1/models/detect_classify:predict",
-                               {"inputs": {"image": image.tolist()}})))
+    got = tfs_columns(
+        doc(
+            call(
+                app,
+                "POST",
+                "/v1/models/detect_classify:predict",
+                {"inputs": {"image": image.tolist()}},
+            )
+        )
+    )
     assert_same(got, expected)
-    assert got["boxes"].tolist() == [[112, 0, 224, 112], [0, 112, 112, 224],
-                                     [112, 112, 224, 224]]
-    kserve = kserve_outputs(doc(call(app, "POST", "/v2/models/detect_classify/infer",
-                                     kserve_body(image=image))))
+    assert got["boxes"].tolist() == [[112, 0, 224, 112], [0, 112, 112, 224], [112, 112, 224, 224]]
+    kserve = kserve_outputs(
+        doc(call(app, "POST", "/v2/models/detect_classify/infer", kserve_body(image=image)))
+    )
     assert_same(kserve, expected)
     with grpc_channel(app.manager) as channel:
         assert_same(grpc_predict(channel, "detect_classify", image=image), expected)
@@ -124,8 +136,9 @@ def test_demultiplexed_crops_match_classifying_each_crop_alone(app: App, repo: R
 
 def test_dynamic_demultiplexer_with_no_items_is_204_and_grpc_aborted(app: App) -> None:
     dark = _image([])
-    reply = call(app, "POST", "/v1/models/detect_classify:predict",
-                 {"inputs": {"image": dark.tolist()}})
+    reply = call(
+        app, "POST", "/v1/models/detect_classify:predict", {"inputs": {"image": dark.tolist()}}
+    )
     assert reply.status == 204
     reply = call(app, "POST", "/v2/models/detect_classify/infer", kserve_body(image=dark))
     assert reply.status == 204
@@ -141,10 +154,10 @@ def test_gather_from_node_collects_the_demultiplexed_items(app: App, repo: Repo)
     x = X[:1]
     scaler = compiled(repo.xml("scaler"))
     each = np.stack([run(scaler, x=x * k)["y"] for k in (1, 2, 3)])
-    expected = {"each": each, "total": each.sum(axis=0),
-                "count": np.array([3], dtype=np.int32)}
-    got = tfs_columns(doc(call(app, "POST", "/v1/models/fanout:predict",
-                               {"inputs": {"x": x.tolist()}})))
+    expected = {"each": each, "total": each.sum(axis=0), "count": np.array([3], dtype=np.int32)}
+    got = tfs_columns(
+        doc(call(app, "POST", "/v1/models/fanout:predict", {"inputs": {"x": x.tolist()}}))
+    )
     assert_same(got, expected)
     kserve = kserve_outputs(doc(call(app, "POST", "/v2/models/fanout/infer", kserve_body(x=x))))
     assert_same(kserve, expected)
@@ -155,10 +168,17 @@ def test_metadata_tfs_and_kserve(app: App) -> None:
     assert meta["modelSpec"] == {"name": "detect_classify", "signatureName": "", "version": "1"}
     signature = meta["metadata"]["signature_def"]["signatureDef"]["serving_default"]
     assert signature["inputs"]["image"]["dtype"] == "DT_FLOAT"
-    assert [d["size"] for d in signature["inputs"]["image"]["tensorShape"]["dim"]] == \
-        ["1", "3", "224", "224"]
-    assert [d["size"] for d in signature["outputs"]["probabilities"]["tensorShape"]["dim"]] == \
-        ["-1", "1", "1000"]
+    assert [d["size"] for d in signature["inputs"]["image"]["tensorShape"]["dim"]] == [
+        "1",
+        "3",
+        "224",
+        "224",
+    ]
+    assert [d["size"] for d in signature["outputs"]["probabilities"]["tensorShape"]["dim"]] == [
+        "-1",
+        "1",
+        "1000",
+    ]
     assert signature["outputs"]["boxes"]["dtype"] == "DT_INT32"
     kserve = doc(call(app, "GET", "/v2/models/detect_classify"))
     assert kserve["name"] == "detect_classify"
@@ -166,15 +186,18 @@ def test_metadata_tfs_and_kserve(app: App) -> None:
     assert kserve["inputs"] == [{"name": "image", "datatype": "FP32", "shape": [1, 3, 224, 224]}]
     assert kserve["outputs"] == [
         {"name": "probabilities", "datatype": "FP32", "shape": [-1, 1, 1000]},
-        {"name": "boxes", "datatype": "INT32", "shape": [-1, 4]}]
+        {"name": "boxes", "datatype": "INT32", "shape": [-1, 4]},
+    ]
     chain = doc(call(app, "GET", "/v2/models/chain"))
-    assert {o["name"]: o["shape"] for o in chain["outputs"]} == \
-        {"sum": [-1, 4], "product": [-1, 4], "scaled": [-1, 4]}
+    assert {o["name"]: o["shape"] for o in chain["outputs"]} == {
+        "sum": [-1, 4],
+        "product": [-1, 4],
+        "scaled": [-1, 4],
+    }
     with grpc_channel(app.manager) as channel:
         request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
         request.model_spec.name = "detect_classify"
-        reply = prediction_service_pb2_grpc.PredictionServiceStub(channel).GetModelMetadata(
-            request)
+        reply = prediction_service_pb2_grpc.PredictionServiceStub(channel).GetModelMetadata(request)
         assert reply.model_spec.version.value == 1
         inputs = reply.metadata["signature_def"]
         assert b"probabilities" in inputs.value and b"boxes" in inputs.value
@@ -184,7 +207,9 @@ def test_metadata_tfs_and_kserve(app: App) -> None:
         meta = kserve_stub.ModelMetadata(kpb.ModelMetadataRequest(name="detect_classify"))
         assert list(meta.versions) == ["1"]
         assert [(t.name, t.datatype, list(t.shape)) for t in meta.outputs] == [
-            ("probabilities", "FP32", [-1, 1, 1000]), ("boxes", "INT32", [-1, 4])]
+            ("probabilities", "FP32", [-1, 1, 1000]),
+            ("boxes", "INT32", [-1, 4]),
+        ]
         status_request = get_model_status_pb2.GetModelStatusRequest()
         status_request.model_spec.name = "detect_classify"
         status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(status_request)
@@ -193,22 +218,30 @@ def test_metadata_tfs_and_kserve(app: App) -> None:
 
 def test_status_is_version_1_available(app: App) -> None:
     status = doc(call(app, "GET", "/v1/models/chain"))
-    assert status == {"model_version_status": [{"version": "1", "state": "AVAILABLE",
-                                                "status": {"error_code": "OK",
-                                                           "error_message": "OK"}}]}
+    assert status == {
+        "model_version_status": [
+            {
+                "version": "1",
+                "state": "AVAILABLE",
+                "status": {"error_code": "OK", "error_message": "OK"},
+            }
+        ]
+    }
     assert call(app, "GET", "/v2/models/chain/ready").status == 200
     assert "chain" in doc(call(app, "GET", "/v1/config"))
 
 
 def test_a_custom_node_that_raises_is_500_with_its_name_and_the_server_keeps_serving(
-        app: App, repo: Repo) -> None:
+    app: App, repo: Repo
+) -> None:
     bad = -np.abs(X)
     reply = call(app, "POST", "/v1/models/boom:predict", {"inputs": {"x": bad.tolist()}})
     assert reply.status == 500
     assert "Custom node shift failed: ValueError: negative input" in error(reply)
     good = np.abs(X)
-    answer = tfs_columns(doc(call(app, "POST", "/v1/models/boom:predict",
-                                  {"inputs": {"x": good.tolist()}})))
+    answer = tfs_columns(
+        doc(call(app, "POST", "/v1/models/boom:predict", {"inputs": {"x": good.tolist()}}))
+    )
     y = run(compiled(repo.xml("scaler")), x=good)["y"]
     np.testing.assert_allclose(answer["sum"], 2 * y, rtol=1e-6)
     with grpc_channel(app.manager) as channel:
@@ -221,8 +254,9 @@ def test_a_custom_node_that_raises_is_500_with_its_name_and_the_server_keeps_ser
 def test_wrong_inputs_are_400_as_for_a_model(app: App) -> None:
     reply = call(app, "POST", "/v1/models/chain:predict", {"inputs": {"y": X.tolist()}})
     assert reply.status == 400
-    reply = call(app, "POST", "/v1/models/chain:predict",
-                 {"inputs": {"x": np.zeros((2, 5)).tolist()}})
+    reply = call(
+        app, "POST", "/v1/models/chain:predict", {"inputs": {"x": np.zeros((2, 5)).tolist()}}
+    )
     assert reply.status == 400
     assert "input name: x" in error(reply)
 
@@ -241,8 +275,7 @@ def test_metrics_count_pipeline_requests_under_the_pipeline_name(app: App) -> No
     for _ in range(2):
         doc(call(app, "POST", "/v1/models/fanout:predict", body))
     doc(call(app, "POST", "/v2/models/fanout/infer", kserve_body(x=X[:1])))
-    assert call(app, "POST", "/v1/models/fanout:predict",
-                {"inputs": {"x": [[1, 2]]}}).status == 400
+    assert call(app, "POST", "/v1/models/fanout:predict", {"inputs": {"x": [[1, 2]]}}).status == 400
     with grpc_channel(app.manager) as channel:
         grpc_predict(channel, "fanout", x=X[:1])
     after = scrape()
@@ -251,13 +284,23 @@ def test_metrics_count_pipeline_requests_under_the_pipeline_name(app: App) -> No
         ({"api": "KServe", "interface": "REST", "method": "ModelInfer"}, 1),
         ({"api": "TensorFlowServing", "interface": "gRPC", "method": "Predict"}, 1),
     ]:
-        assert count(after, "ovms_requests_success", **labels) - \
-            count(before, "ovms_requests_success", **labels) == added, labels
+        assert (
+            count(after, "ovms_requests_success", **labels)
+            - count(before, "ovms_requests_success", **labels)
+            == added
+        ), labels
     fail = {"api": "TensorFlowServing", "interface": "REST", "method": "Predict"}
-    assert count(after, "ovms_requests_fail", **fail) - \
-        count(before, "ovms_requests_fail", **fail) == 1
-    assert count(after, "ovms_inference_time_us_count") - \
-        count(before, "ovms_inference_time_us_count") == 4
+    assert (
+        count(after, "ovms_requests_fail", **fail) - count(before, "ovms_requests_fail", **fail)
+        == 1
+    )
+    assert (
+        count(after, "ovms_inference_time_us_count") - count(before, "ovms_inference_time_us_count")
+        == 4
+    )
     # OVMS times REST requests of both APIs in one sample (no api label)
-    assert count(after, "ovms_request_time_us_count", interface="REST") - \
-        count(before, "ovms_request_time_us_count", interface="REST") == 3
+    assert (
+        count(after, "ovms_request_time_us_count", interface="REST")
+        - count(before, "ovms_request_time_us_count", interface="REST")
+        == 3
+    )

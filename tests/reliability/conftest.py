@@ -22,12 +22,23 @@ def limited(rel_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """REST + gRPC (server.grpc_target), 1 MiB body/message limits, 1M elements / 2 MB per
     tensor, 1M image pixels."""
     grpc_port = free_port()
-    server = RunningServer(rel_repo / "config.json", tmp_path_factory.mktemp("rel-server"),
-                           ("--port", str(grpc_port), "--grpc_bind_address", "127.0.0.1",
-                            "--max_request_bytes", str(1 << 20),
-                            "--grpc_max_message_bytes", str(1 << 20),
-                            "--log_level", "DEBUG"),
-                           env=LIMIT_ENV)
+    server = RunningServer(
+        rel_repo / "config.json",
+        tmp_path_factory.mktemp("rel-server"),
+        (
+            "--port",
+            str(grpc_port),
+            "--grpc_bind_address",
+            "127.0.0.1",
+            "--max_request_bytes",
+            str(1 << 20),
+            "--grpc_max_message_bytes",
+            str(1 << 20),
+            "--log_level",
+            "DEBUG",
+        ),
+        env=LIMIT_ENV,
+    )
     server.grpc_target = f"127.0.0.1:{grpc_port}"  # type: ignore[attr-defined]
     try:
         yield server

@@ -16,11 +16,24 @@ from demo import models
 from tests.core.helpers import classifier_nhwc, free_port, save_ir, write_config
 from tests.grpc.helpers import slow_model
 
-__all__ = ["LIMIT_ENV", "build_repository", "free_port", "png_declaring", "rss_bytes",
-           "scrape", "metric_value", "SCALER_X", "wait_for", "zeros_png"]
+__all__ = [
+    "LIMIT_ENV",
+    "build_repository",
+    "free_port",
+    "png_declaring",
+    "rss_bytes",
+    "scrape",
+    "metric_value",
+    "SCALER_X",
+    "wait_for",
+    "zeros_png",
+]
 
-LIMIT_ENV = {"OVS_MAX_TENSOR_ELEMENTS": "1000000", "OVS_MAX_TENSOR_BYTES": "2000000",
-             "OVS_MAX_IMAGE_PIXELS": "1000000"}
+LIMIT_ENV = {
+    "OVS_MAX_TENSOR_ELEMENTS": "1000000",
+    "OVS_MAX_TENSOR_BYTES": "2000000",
+    "OVS_MAX_IMAGE_PIXELS": "1000000",
+}
 SCALER_X = [[1.0, 2.0, 3.0, 4.0]]
 
 
@@ -28,21 +41,28 @@ def build_repository(root: Path) -> Path:
     save_ir(models.scaler(3.0), root / "scaler" / "1")
     save_ir(classifier_nhwc(batch=None), root / "classifier_nhwc" / "1")
     save_ir(slow_model(), root / "slow" / "1")
-    write_config(root / "config.json", [{"name": name, "base_path": name}
-                                        for name in ("scaler", "classifier_nhwc", "slow")])
+    write_config(
+        root / "config.json",
+        [{"name": name, "base_path": name} for name in ("scaler", "classifier_nhwc", "slow")],
+    )
     return root
 
 
 def png_declaring(width: int, height: int) -> bytes:
     """A valid PNG signature + IHDR claiming width x height RGB, then a tiny IDAT: what a
     decompression bomb looks like to a decoder that trusts the header."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         crc = zlib.crc32(kind + data) & 0xFFFFFFFF
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + chunk(b"IEND", b"")
+    )
 
 
 def rss_bytes(pid: int) -> int:

@@ -31,12 +31,19 @@ SLACK_BYTES = 16 << 20
 X = [[1.0, 2.0, 3.0, 4.0]]
 BINARY = kserve_binary_request(
     {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32"}]},
-    np.ones(4, np.float32).tobytes())
+    np.ones(4, np.float32).tobytes(),
+)
 REQUESTS: list[tuple[str, str, bytes, dict[str, str], int]] = [
     ("POST", "/v1/models/scaler:predict", json.dumps({"instances": X * 8}).encode(), {}, 200),
-    ("POST", "/v2/models/scaler/infer",
-     json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
-                             "data": X[0]}]}).encode(), {}, 200),
+    (
+        "POST",
+        "/v2/models/scaler/infer",
+        json.dumps(
+            {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": X[0]}]}
+        ).encode(),
+        {},
+        200,
+    ),
     ("POST", "/v2/models/scaler/infer", *BINARY, 200),
     ("GET", "/v2/models/scaler/ready", b"", {}, 200),
     ("POST", "/v1/models/scaler:predict", b"not json", {}, 412),
@@ -58,8 +65,9 @@ def run(base_url: str, pid: int, seconds: float, clients: int) -> dict[str, Any]
             method, path, body, headers, want = REQUESTS[i % len(REQUESTS)]
             i += 1
             try:
-                response = session.request(method, base_url + path, data=body,
-                                           headers=headers, timeout=30)
+                response = session.request(
+                    method, base_url + path, data=body, headers=headers, timeout=30
+                )
             except requests.RequestException as exc:
                 with lock:
                     unexpected[type(exc).__name__] += 1
@@ -88,12 +96,15 @@ def run(base_url: str, pid: int, seconds: float, clients: int) -> dict[str, Any]
     first, last = float(np.mean(rss[:third])), float(np.mean(rss[-third:]))
     total = sum(statuses.values())
     return {
-        "seconds": round(elapsed, 1), "clients": clients, "requests": total,
+        "seconds": round(elapsed, 1),
+        "clients": clients,
+        "requests": total,
         "requests_per_s": round(total / elapsed, 1),
         "status_counts": {str(k): v for k, v in sorted(statuses.items())},
         "errors_5xx": sum(v for k, v in statuses.items() if k >= 500),
         "unexpected": dict(unexpected),
-        "rss_start_mib": round(rss[0] / 2**20, 1), "rss_end_mib": round(rss[-1] / 2**20, 1),
+        "rss_start_mib": round(rss[0] / 2**20, 1),
+        "rss_end_mib": round(rss[-1] / 2**20, 1),
         "rss_first_third_mib": round(first / 2**20, 1),
         "rss_last_third_mib": round(last / 2**20, 1),
         "rss_stable": last <= first * 1.1 + SLACK_BYTES,
@@ -101,8 +112,12 @@ def run(base_url: str, pid: int, seconds: float, clients: int) -> dict[str, Any]
 
 
 def ok(summary: dict[str, Any]) -> bool:
-    return bool(summary["errors_5xx"] == 0 and not summary["unexpected"]
-                and summary["rss_stable"] and summary["requests"] > 0)
+    return bool(
+        summary["errors_5xx"] == 0
+        and not summary["unexpected"]
+        and summary["rss_stable"]
+        and summary["requests"] > 0
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,12 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config_path", help="default: a fresh scaler repository")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        config = Path(args.config_path) if args.config_path else \
-            build_repository(Path(tmp) / "repo") / "config.json"
+        config = (
+            Path(args.config_path)
+            if args.config_path
+            else build_repository(Path(tmp) / "repo") / "config.json"
+        )
         server = RunningServer(config, Path(tmp), ("--log_level", "WARNING"))
         try:
-            summary = run(server.url, server.process.pid, args.seconds,
-                          args.clients)
+            summary = run(server.url, server.process.pid, args.seconds, args.clients)
         finally:
             server.stop()
         summary["server_exit_code"] = server.process.returncode

@@ -42,8 +42,9 @@ JPEG_HEAD = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00"
 
 
 def kserve(shape: list[int], data: Any, datatype: str = "FP32", name: str = "x") -> bytes:
-    return json.dumps({"inputs": [{"name": name, "shape": shape, "datatype": datatype,
-                                   "data": data}]}).encode()
+    return json.dumps(
+        {"inputs": [{"name": name, "shape": shape, "datatype": datatype, "data": data}]}
+    ).encode()
 
 
 def tfs_image(data: bytes) -> bytes:
@@ -62,80 +63,235 @@ class Case:
 
 
 HUGE_BINARY = kserve_binary_request(
-    {"inputs": [{"name": "x", "shape": HUGE, "datatype": "FP32",
-                 "parameters": {"binary_data_size": 16}}]}, b"\0" * 16)
+    {
+        "inputs": [
+            {"name": "x", "shape": HUGE, "datatype": "FP32", "parameters": {"binary_data_size": 16}}
+        ]
+    },
+    b"\0" * 16,
+)
 NESTED = b"[" * 100_000
 
 CASES = [
     # limits, checked before allocating
-    Case("huge-shape-kserve-json", "POST", "/v2/models/scaler/infer", 400, ELEMENTS,
-         kserve(HUGE, [])),
-    Case("huge-shape-kserve-binary", "POST", "/v2/models/scaler/infer", 400, ELEMENTS,
-         *HUGE_BINARY),
-    Case("zero-times-huge-kserve-json", "POST", "/v2/models/scaler/infer", 400, ELEMENTS,
-         kserve([0, 2**62], [])),  # no elements, yet numpy cannot shape it: was a 500
-    Case("zero-times-huge-kserve-binary", "POST", "/v2/models/scaler/infer", 400, ELEMENTS,
-         *kserve_binary_request({"inputs": [{"name": "x", "shape": [0, 2**40, 2**40],
-                                             "datatype": "FP32",
-                                             "parameters": {"binary_data_size": 0}}]}, b"")),
-    Case("max-tensor-elements", "POST", "/v2/models/scaler/infer", 400, ELEMENTS,
-         kserve([250_001, 4], [])),
-    Case("max-tensor-bytes", "POST", "/v2/models/scaler/infer", 400,
-         "of 2400000 bytes exceeds the limit of 2000000 bytes", kserve([1, 300_000], [], "FP64")),
-    Case("png-bomb-declared-10G-pixels", "POST", "/v1/models/classifier_nhwc:predict", 400,
-         BOMB, tfs_image(png_declaring(100_000, 100_000))),
-    Case("png-over-pixel-limit", "POST", "/v1/models/classifier_nhwc:predict", 400,
-         "1100x1000 pixels exceed the limit of 1000000 pixels", tfs_image(zeros_png(1000, 1100))),
-    Case("truncated-png", "POST", "/v1/models/classifier_nhwc:predict", 400,
-         "Image parsing failed", tfs_image(PNG[: len(PNG) // 2])),
-    Case("jpeg-header-only", "POST", "/v1/models/classifier_nhwc:predict", 400,
-         "Image parsing failed", tfs_image(JPEG_HEAD)),
-    Case("b64-non-ascii", "POST", "/v1/models/classifier_nhwc:predict", 400,
-         "Decode Base64 to string error", json.dumps({"instances": [{"b64": "ß☃=="}]}).encode()),
-    Case("b64-with-extra-key", "POST", "/v1/models/classifier_nhwc:predict", 400,
-         'Binary values must be {"b64": "<base64>"} objects only',
-         json.dumps({"inputs": {"input": [{"b64": "AAAA", "x": 1}]}}).encode()),
+    Case(
+        "huge-shape-kserve-json", "POST", "/v2/models/scaler/infer", 400, ELEMENTS, kserve(HUGE, [])
+    ),
+    Case(
+        "huge-shape-kserve-binary", "POST", "/v2/models/scaler/infer", 400, ELEMENTS, *HUGE_BINARY
+    ),
+    Case(
+        "zero-times-huge-kserve-json",
+        "POST",
+        "/v2/models/scaler/infer",
+        400,
+        ELEMENTS,
+        kserve([0, 2**62], []),
+    ),  # no elements, yet numpy cannot shape it: was a 500
+    Case(
+        "zero-times-huge-kserve-binary",
+        "POST",
+        "/v2/models/scaler/infer",
+        400,
+        ELEMENTS,
+        *kserve_binary_request(
+            {
+                "inputs": [
+                    {
+                        "name": "x",
+                        "shape": [0, 2**40, 2**40],
+                        "datatype": "FP32",
+                        "parameters": {"binary_data_size": 0},
+                    }
+                ]
+            },
+            b"",
+        ),
+    ),
+    Case(
+        "max-tensor-elements",
+        "POST",
+        "/v2/models/scaler/infer",
+        400,
+        ELEMENTS,
+        kserve([250_001, 4], []),
+    ),
+    Case(
+        "max-tensor-bytes",
+        "POST",
+        "/v2/models/scaler/infer",
+        400,
+        "of 2400000 bytes exceeds the limit of 2000000 bytes",
+        kserve([1, 300_000], [], "FP64"),
+    ),
+    Case(
+        "png-bomb-declared-10G-pixels",
+        "POST",
+        "/v1/models/classifier_nhwc:predict",
+        400,
+        BOMB,
+        tfs_image(png_declaring(100_000, 100_000)),
+    ),
+    Case(
+        "png-over-pixel-limit",
+        "POST",
+        "/v1/models/classifier_nhwc:predict",
+        400,
+        "1100x1000 pixels exceed the limit of 1000000 pixels",
+        tfs_image(zeros_png(1000, 1100)),
+    ),
+    Case(
+        "truncated-png",
+        "POST",
+        "/v1/models/classifier_nhwc:predict",
+        400,
+        "Image parsing failed",
+        tfs_image(PNG[: len(PNG) // 2]),
+    ),
+    Case(
+        "jpeg-header-only",
+        "POST",
+        "/v1/models/classifier_nhwc:predict",
+        400,
+        "Image parsing failed",
+        tfs_image(JPEG_HEAD),
+    ),
+    Case(
+        "b64-non-ascii",
+        "POST",
+        "/v1/models/classifier_nhwc:predict",
+        400,
+        "Decode Base64 to string error",
+        json.dumps({"instances": [{"b64": "ß☃=="}]}).encode(),
+    ),
+    Case(
+        "b64-with-extra-key",
+        "POST",
+        "/v1/models/classifier_nhwc:predict",
+        400,
+        'Binary values must be {"b64": "<base64>"} objects only',
+        json.dumps({"inputs": {"input": [{"b64": "AAAA", "x": 1}]}}).encode(),
+    ),
     # JSON abuse
-    Case("not-json-kserve", "POST", "/v2/models/scaler/infer", 412,
-         "The file is not valid json", b"hello"),
-    Case("nested-100k-tfs", "POST", "/v1/models/scaler:predict", 412,
-         "The file is not valid json", NESTED),
-    Case("nested-100k-in-instances", "POST", "/v1/models/scaler:predict", 412,
-         "The file is not valid json", b'{"instances":' + NESTED + b"]" * 100_000 + b"}"),
-    Case("nested-100k-kserve", "POST", "/v2/models/scaler/infer", 412,
-         "The file is not valid json", b'{"inputs":' + NESTED + b"]" * 100_000 + b"}"),
-    Case("ragged-kserve-data", "POST", "/v2/models/scaler/infer", 400,
-         "Invalid data for input x", kserve([2, 4], [[1, 2, 3, 4], [1, 2]])),
-    Case("nan-literal-tfs", "POST", "/v1/models/scaler:predict", 412,
-         "The file is not valid json", b'{"instances": [[NaN, 1, 2, 3]]}'),
-    Case("infinity-literal-tfs", "POST", "/v1/models/scaler:predict", 412,
-         "The file is not valid json", b'{"instances": [[Infinity, 1, 2, 3]]}'),
-    Case("nan-literal-kserve", "POST", "/v2/models/scaler/infer", 412,
-         "The file is not valid json",
-         b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,NaN,2,3]}]}'),
-    Case("strings-for-float-kserve", "POST", "/v2/models/scaler/infer", 400,
-         "Invalid data for input x: expected numbers", kserve([1, 4], ["a", "b", "c", "d"])),
-    Case("strings-for-float-tfs", "POST", "/v1/models/scaler:predict", 400,
-         "resource not configured to accept NHWC layout",
-         json.dumps({"instances": [["a", "b", "c", "d"]]}).encode()),
-    Case("unicode-input-name", "POST", "/v2/models/scaler/infer", 400,
-         "Missing input with specific name - Required input: x",
-         kserve([1, 4], [1, 2, 3, 4], name="ß☃𝄞")),
+    Case(
+        "not-json-kserve",
+        "POST",
+        "/v2/models/scaler/infer",
+        412,
+        "The file is not valid json",
+        b"hello",
+    ),
+    Case(
+        "nested-100k-tfs",
+        "POST",
+        "/v1/models/scaler:predict",
+        412,
+        "The file is not valid json",
+        NESTED,
+    ),
+    Case(
+        "nested-100k-in-instances",
+        "POST",
+        "/v1/models/scaler:predict",
+        412,
+        "The file is not valid json",
+        b'{"instances":' + NESTED + b"]" * 100_000 + b"}",
+    ),
+    Case(
+        "nested-100k-kserve",
+        "POST",
+        "/v2/models/scaler/infer",
+        412,
+        "The file is not valid json",
+        b'{"inputs":' + NESTED + b"]" * 100_000 + b"}",
+    ),
+    Case(
+        "ragged-kserve-data",
+        "POST",
+        "/v2/models/scaler/infer",
+        400,
+        "Invalid data for input x",
+        kserve([2, 4], [[1, 2, 3, 4], [1, 2]]),
+    ),
+    Case(
+        "nan-literal-tfs",
+        "POST",
+        "/v1/models/scaler:predict",
+        412,
+        "The file is not valid json",
+        b'{"instances": [[NaN, 1, 2, 3]]}',
+    ),
+    Case(
+        "infinity-literal-tfs",
+        "POST",
+        "/v1/models/scaler:predict",
+        412,
+        "The file is not valid json",
+        b'{"instances": [[Infinity, 1, 2, 3]]}',
+    ),
+    Case(
+        "nan-literal-kserve",
+        "POST",
+        "/v2/models/scaler/infer",
+        412,
+        "The file is not valid json",
+        b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,NaN,2,3]}]}',
+    ),
+    Case(
+        "strings-for-float-kserve",
+        "POST",
+        "/v2/models/scaler/infer",
+        400,
+        "Invalid data for input x: expected numbers",
+        kserve([1, 4], ["a", "b", "c", "d"]),
+    ),
+    Case(
+        "strings-for-float-tfs",
+        "POST",
+        "/v1/models/scaler:predict",
+        400,
+        "resource not configured to accept NHWC layout",
+        json.dumps({"instances": [["a", "b", "c", "d"]]}).encode(),
+    ),
+    Case(
+        "unicode-input-name",
+        "POST",
+        "/v2/models/scaler/infer",
+        400,
+        "Missing input with specific name - Required input: x",
+        kserve([1, 4], [1, 2, 3, 4], name="ß☃𝄞"),
+    ),
     # names and versions that must never reach the file system
-    Case("unicode-model-name", "POST", "/v2/models/%C3%9F%E2%98%83/infer", 404,
-         "Model with requested name is not found", kserve([1, 4], [1, 2, 3, 4])),
+    Case(
+        "unicode-model-name",
+        "POST",
+        "/v2/models/%C3%9F%E2%98%83/infer",
+        404,
+        "Model with requested name is not found",
+        kserve([1, 4], [1, 2, 3, 4]),
+    ),
     Case("encoded-slash-name", "GET", "/v1/models/..%2Fscaler", 400, "Invalid request URL"),
     Case("encoded-slash", "GET", "/v1/models/a%2Fb", 404, ""),
     Case("nul-in-name", "GET", "/v1/models/sca%00ler", 400, "Invalid request URL"),
     Case("over-long-name", "GET", "/v1/models/" + "a" * 3000, 400, "Invalid request URL"),
-    Case("long-but-legal-name", "GET", "/v2/models/" + "a" * 1500, 404,
-         "Model with requested name is not found"),
-    Case("over-long-version", "GET", "/v1/models/scaler/versions/" + "9" * 30, 400,
-         "Invalid model version"),
-    Case("dot-dot-version", "POST", "/v2/models/scaler/versions/../infer", 400,
-         "Invalid request URL"),
-    Case("negative-version", "GET", "/v1/models/scaler/versions/-1", 404,
-         "Invalid request URL"),
+    Case(
+        "long-but-legal-name",
+        "GET",
+        "/v2/models/" + "a" * 1500,
+        404,
+        "Model with requested name is not found",
+    ),
+    Case(
+        "over-long-version",
+        "GET",
+        "/v1/models/scaler/versions/" + "9" * 30,
+        400,
+        "Invalid model version",
+    ),
+    Case(
+        "dot-dot-version", "POST", "/v2/models/scaler/versions/../infer", 400, "Invalid request URL"
+    ),
+    Case("negative-version", "GET", "/v1/models/scaler/versions/-1", 404, "Invalid request URL"),
     # routes and methods
     Case("unknown-root", "GET", "/etc/passwd", 404, "Invalid request URL"),
     Case("put-infer", "PUT", "/v2/models/scaler/infer", 405, "Unsupported method PUT"),
@@ -146,8 +302,9 @@ CASES = [
 
 def send(server: RunningServer, case: Case) -> requests.Response:
     """Send the path exactly as written (requests would normalise `..` and encode NUL)."""
-    prepared = requests.Request(case.method, server.url + "/x", data=case.body,
-                                headers=case.headers).prepare()
+    prepared = requests.Request(
+        case.method, server.url + "/x", data=case.body, headers=case.headers
+    ).prepare()
     prepared.url = server.url + case.path
     return server.session.send(prepared, timeout=30)
 
@@ -185,8 +342,10 @@ def test_huge_shapes_allocate_nothing(limited: RunningServer) -> None:
 
 def test_lying_content_length_is_413_without_waiting(limited: RunningServer) -> None:
     with socket.create_connection(("127.0.0.1", limited.port), timeout=5) as sock:
-        sock.sendall(b"POST /v1/models/scaler:predict HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Length: 1000000000000\r\nConnection: close\r\n\r\n{")
+        sock.sendall(
+            b"POST /v1/models/scaler:predict HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Length: 1000000000000\r\nConnection: close\r\n\r\n{"
+        )
         reply = b""
         while chunk := sock.recv(65536):
             reply += chunk
@@ -198,8 +357,12 @@ def test_lying_content_length_is_413_without_waiting(limited: RunningServer) -> 
 # -- gRPC --------------------------------------------------------------------------------------
 
 
-def _tfs(name: str = "scaler", shape: tuple[int, ...] = (1, 4), content: bytes | None = None,
-         version: int | None = None) -> predict_pb2.PredictRequest:
+def _tfs(
+    name: str = "scaler",
+    shape: tuple[int, ...] = (1, 4),
+    content: bytes | None = None,
+    version: int | None = None,
+) -> predict_pb2.PredictRequest:
     request = predict_pb2.PredictRequest()
     request.model_spec.name = name
     if version is not None:
@@ -212,8 +375,9 @@ def _tfs(name: str = "scaler", shape: tuple[int, ...] = (1, 4), content: bytes |
     return request
 
 
-def _kfs(shape: list[int], raw: bytes = b"\0" * 16, name: str = "scaler",
-         datatype: str = "FP32") -> kfs.ModelInferRequest:
+def _kfs(
+    shape: list[int], raw: bytes = b"\0" * 16, name: str = "scaler", datatype: str = "FP32"
+) -> kfs.ModelInferRequest:
     request = kfs.ModelInferRequest(model_name=name)
     request.inputs.add(name="x", datatype=datatype, shape=shape)
     request.raw_input_contents.append(raw)
@@ -228,16 +392,24 @@ def _grpc_limit_calls(channel: grpc.Channel) -> list[GrpcCall]:
     kserve = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     return [
-        (lambda: tfs.Predict(_tfs(shape=tuple(HUGE), content=b"\0" * 16), timeout=10),
-         invalid, ELEMENTS),
+        (
+            lambda: tfs.Predict(_tfs(shape=tuple(HUGE), content=b"\0" * 16), timeout=10),
+            invalid,
+            ELEMENTS,
+        ),
         (lambda: kserve.ModelInfer(_kfs(HUGE), timeout=10), invalid, ELEMENTS),
-        (lambda: kserve.ModelInfer(_kfs([1, 300_000], datatype="FP64"), timeout=10), invalid,
-         "exceeds the limit of 2000000 bytes"),
+        (
+            lambda: kserve.ModelInfer(_kfs([1, 300_000], datatype="FP64"), timeout=10),
+            invalid,
+            "exceeds the limit of 2000000 bytes",
+        ),
         (lambda: kserve.ModelInfer(_kfs([0, 2**62], raw=b""), timeout=10), invalid, ELEMENTS),
-        (lambda: kserve.ModelInfer(_kfs([0, 2**62], raw=b"", datatype="BYTES"), timeout=10),
-         invalid, ELEMENTS),
-        (lambda: tfs.Predict(_tfs(shape=(0, 2**62), content=b""), timeout=10), invalid,
-         ELEMENTS),
+        (
+            lambda: kserve.ModelInfer(_kfs([0, 2**62], raw=b"", datatype="BYTES"), timeout=10),
+            invalid,
+            ELEMENTS,
+        ),
+        (lambda: tfs.Predict(_tfs(shape=(0, 2**62), content=b""), timeout=10), invalid, ELEMENTS),
     ]
 
 
@@ -265,16 +437,30 @@ def _grpc_calls(channel: grpc.Channel) -> list[GrpcCall]:
         (lambda: tfs.Predict(_tfs(name="sca\x00ler"), timeout=10), not_found, "not found"),
         (lambda: tfs.Predict(_tfs(name="ß☃" * 2000), timeout=10), not_found, "not found"),
         (lambda: status.GetModelStatus(status_request, timeout=10), not_found, "not found"),
-        (lambda: kserve.ModelInfer(_kfs([1, 4], name="%2F..%2Fx"), timeout=10), not_found,
-         "not found"),
-        (lambda: kserve.ModelInfer(kfs.ModelInferRequest(model_name="scaler",
-                                                         model_version="../1"), timeout=10),
-         invalid, "invalid format"),
-        (lambda: kserve.ModelInfer(kfs.ModelInferRequest(model_name="scaler",
-                                                         model_version="9" * 40), timeout=10),
-         invalid, "invalid format"),
-        (lambda: tfs.Predict(_tfs(content=b"\0" * (2 << 20)), timeout=10),
-         grpc.StatusCode.RESOURCE_EXHAUSTED, ""),
+        (
+            lambda: kserve.ModelInfer(_kfs([1, 4], name="%2F..%2Fx"), timeout=10),
+            not_found,
+            "not found",
+        ),
+        (
+            lambda: kserve.ModelInfer(
+                kfs.ModelInferRequest(model_name="scaler", model_version="../1"), timeout=10
+            ),
+            invalid,
+            "invalid format",
+        ),
+        (
+            lambda: kserve.ModelInfer(
+                kfs.ModelInferRequest(model_name="scaler", model_version="9" * 40), timeout=10
+            ),
+            invalid,
+            "invalid format",
+        ),
+        (
+            lambda: tfs.Predict(_tfs(content=b"\0" * (2 << 20)), timeout=10),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "",
+        ),
     ]
 
 

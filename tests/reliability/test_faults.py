@@ -37,7 +37,8 @@ def _slow_body(batch: int = 16) -> tuple[bytes, dict[str, str]]:
     """A KServe binary request to `slow`: tens to hundreds of ms of inference, little parsing."""
     return kserve_binary_request(
         {"inputs": [{"name": "x", "shape": [batch, 256, 256], "datatype": "FP32"}]},
-        np.full((batch, 256, 256), 0.5, np.float32).tobytes())
+        np.full((batch, 256, 256), 0.5, np.float32).tobytes(),
+    )
 
 
 MAX_SLOW_BATCH = 224  # 224 x 256 x 256 float32: just under the 64 MB body limit
@@ -71,15 +72,17 @@ def _post_timed(url: str, body: bytes, headers: dict[str, str]) -> float:
 def private(tmp_path: Path) -> Iterator[tuple[Path, RunningServer]]:
     """A fresh repository the test may damage, served without polling (reload on request)."""
     root = build_repository(tmp_path / "repo")
-    server = RunningServer(root / "config.json", tmp_path,
-                           ("--file_system_poll_wait_seconds", "0", "--log_level", "INFO"))
+    server = RunningServer(
+        root / "config.json",
+        tmp_path,
+        ("--file_system_poll_wait_seconds", "0", "--log_level", "INFO"),
+    )
     yield root, server
     server.stop()
 
 
 @pytest.mark.parametrize("damage", ["delete-bin", "delete-xml", "corrupt-xml", "truncate-bin"])
-def test_model_file_damaged_while_serving(private: tuple[Path, RunningServer],
-                                          damage: str) -> None:
+def test_model_file_damaged_while_serving(private: tuple[Path, RunningServer], damage: str) -> None:
     root, server = private
     folder = root / "scaler" / "1"
     _predict_ok(server)
@@ -98,16 +101,18 @@ def test_model_file_damaged_while_serving(private: tuple[Path, RunningServer],
     assert [v["state"] for v in status] == ["AVAILABLE"]
     if damage != "delete-xml":  # a missing file is a removed version for OVMS, kept here
         assert wait_for(lambda: "failed to load" in server.log(), 5), server.log()
-        assert any(json.loads(line).get("level") == "ERROR" for line in server.log().splitlines()
-                   if "failed to load" in line)
+        assert any(
+            json.loads(line).get("level") == "ERROR"
+            for line in server.log().splitlines()
+            if "failed to load" in line
+        )
 
 
 def test_config_broken_while_serving(private: tuple[Path, RunningServer]) -> None:
     root, server = private
     config = root / "config.json"
     good = config.read_text()
-    for broken in ("{broken", json.dumps({"model_config_list": [{"config": {"name": 5}}]}),
-                   ""):
+    for broken in ("{broken", json.dumps({"model_config_list": [{"config": {"name": 5}}]}), ""):
         config.write_text(broken)
         reload = server.post("/v1/config/reload")
         assert reload.status_code >= 400, reload.text
@@ -124,8 +129,11 @@ def test_sigterm_finishes_in_flight_requests(tmp_path: Path) -> None:
     requests already in flight finish with 200, and the process exits 0 within the grace."""
     root = build_repository(tmp_path / "repo")
     grace = 10.0
-    server = RunningServer(root / "config.json", tmp_path,
-                           ("--log_level", "WARNING", "--shutdown_grace_seconds", str(grace)))
+    server = RunningServer(
+        root / "config.json",
+        tmp_path,
+        ("--log_level", "WARNING", "--shutdown_grace_seconds", str(grace)),
+    )
     url = server.url + "/v2/models/slow/infer"
     body, headers, single = _timed_slow_body(url, target=min(0.8, grace / 10))
     results: list[int | str] = []
@@ -135,8 +143,9 @@ def test_sigterm_finishes_in_flight_requests(tmp_path: Path) -> None:
     def call() -> None:
         try:
             in_flight.release()
-            results.append(requests.post(url, data=body, headers=headers,
-                                         timeout=grace + 60).status_code)
+            results.append(
+                requests.post(url, data=body, headers=headers, timeout=grace + 60).status_code
+            )
             finished.append(time.monotonic())
         except requests.RequestException as exc:
             results.append(type(exc).__name__)
@@ -169,14 +178,19 @@ def test_sigterm_drains_grpc_beside_rest(tmp_path: Path) -> None:
     still in flight (not after the REST drain), and that request still finishes with 200."""
     root = build_repository(tmp_path / "repo")
     port = free_port()
-    server = RunningServer(root / "config.json", tmp_path,
-                           ("--port", str(port), "--grpc_bind_address", "127.0.0.1",
-                            "--shutdown_grace_seconds", "20"))
+    server = RunningServer(
+        root / "config.json",
+        tmp_path,
+        ("--port", str(port), "--grpc_bind_address", "127.0.0.1", "--shutdown_grace_seconds", "20"),
+    )
     url = server.url + "/v2/models/slow/infer"
     body, headers, single = _timed_slow_body(url)
     rest: list[int] = []
-    caller = threading.Thread(target=lambda: rest.append(
-        requests.post(url, data=body, headers=headers, timeout=60).status_code))
+    caller = threading.Thread(
+        target=lambda: rest.append(
+            requests.post(url, data=body, headers=headers, timeout=60).status_code
+        )
+    )
     small = kfs.ModelInferRequest(model_name="scaler")
     small.inputs.add(name="x", datatype="FP32", shape=[1, 4])
     small.raw_input_contents.append(np.ones(4, np.float32).tobytes())
@@ -225,8 +239,10 @@ def test_stalled_client_does_not_block_others(private: tuple[Path, RunningServer
     _, server = private
     alone = _ten_predicts(server)
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as stalled:
-        stalled.sendall(b"POST /v1/models/scaler:predict HTTP/1.1\r\nHost: x\r\n"
-                        b"Content-Length: 100\r\n\r\n{\"inst")
+        stalled.sendall(
+            b"POST /v1/models/scaler:predict HTTP/1.1\r\nHost: x\r\n"
+            b'Content-Length: 100\r\n\r\n{"inst'
+        )
         beside = _ten_predicts(server)
         assert beside < min(10 * alone + 2.0, 25.0), (beside, alone)
     _predict_ok(server)
@@ -238,9 +254,11 @@ def test_slow_clients_cannot_hold_every_thread(tmp_path: Path) -> None:
     being answered and nothing hangs."""
     root = build_repository(tmp_path / "repo")
     read_timeout = 1.0
-    server = RunningServer(root / "config.json", tmp_path,
-                           ("--rest_workers", "2", "--rest_read_timeout_seconds",
-                            str(read_timeout)))
+    server = RunningServer(
+        root / "config.json",
+        tmp_path,
+        ("--rest_workers", "2", "--rest_read_timeout_seconds", str(read_timeout)),
+    )
     stalled = []
     try:
         started = time.monotonic()
@@ -249,13 +267,16 @@ def test_slow_clients_cannot_hold_every_thread(tmp_path: Path) -> None:
         alone = time.monotonic() - started
         for index in range(4):
             sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-            sock.sendall(b"POST /v1/models/scaler:predict HTTP/1.1\r\nHost: x\r\n"
-                         + (b"Content-Length: 100\r\n\r\n{\"inst" if index % 2 else b"X-A"))
+            sock.sendall(
+                b"POST /v1/models/scaler:predict HTTP/1.1\r\nHost: x\r\n"
+                + (b'Content-Length: 100\r\n\r\n{"inst' if index % 2 else b"X-A")
+            )
             stalled.append(sock)
         started = time.monotonic()
         for _ in range(3):
-            response = requests.post(server.url + "/v1/models/scaler:predict",
-                                     json={"instances": SCALER_X}, timeout=15)
+            response = requests.post(
+                server.url + "/v1/models/scaler:predict", json={"instances": SCALER_X}, timeout=15
+            )
             assert response.status_code == 200, response.text
         # 4 stalled sockets on 2 threads hold them for 2 read timeouts at most
         took = time.monotonic() - started
@@ -277,8 +298,9 @@ def test_slow_clients_cannot_hold_every_thread(tmp_path: Path) -> None:
 def test_grpc_deadline_is_honoured(tmp_path: Path) -> None:
     root = build_repository(tmp_path / "repo")
     port = free_port()
-    server = RunningServer(root / "config.json", tmp_path,
-                           ("--port", str(port), "--grpc_bind_address", "127.0.0.1"))
+    server = RunningServer(
+        root / "config.json", tmp_path, ("--port", str(port), "--grpc_bind_address", "127.0.0.1")
+    )
     try:
         request = kfs.ModelInferRequest(model_name="slow")
         request.inputs.add(name="x", datatype="FP32", shape=[64, 256, 256])
@@ -314,6 +336,9 @@ def test_bug_in_a_route_is_a_json_500_in_process(tmp_path: Path) -> None:
         response = app.handle(make_request("GET", "/boom"))
         assert response.status == 500
         assert json.loads(response.body) == {"error": "Internal server error: KeyError"}
-        good = app.handle(make_request("POST", "/v1/models/scaler:predict",
-                                       json.dumps({"instances": SCALER_X}).encode()))
+        good = app.handle(
+            make_request(
+                "POST", "/v1/models/scaler:predict", json.dumps({"instances": SCALER_X}).encode()
+            )
+        )
         assert good.status == 200, good.body

@@ -10,10 +10,17 @@ import pytest
 
 from fuzz import fuzz_router
 
-HOSTILE = [b"", b"\x01", b"\x01\x00\n" + b"[" * 5000, b"\x01\x04\n{", b"\x81\x04\n12\n" +
-           b"\xff" * 40, b"\x00\x00/../x\n", b"\x02" + "ß\x00☃".encode(),
-           b"\x81\x04\n99999999999999999999\n{\"inputs\":[]}", b"\x01\x0c\n{\"instances\":"
-           b"[{\"b64\": \"iVBORw0KGgo=\"}]}"]
+HOSTILE = [
+    b"",
+    b"\x01",
+    b"\x01\x00\n" + b"[" * 5000,
+    b"\x01\x04\n{",
+    b"\x81\x04\n12\n" + b"\xff" * 40,
+    b"\x00\x00/../x\n",
+    b"\x02" + "ß\x00☃".encode(),
+    b'\x81\x04\n99999999999999999999\n{"inputs":[]}',
+    b'\x01\x0c\n{"instances":[{"b64": "iVBORw0KGgo="}]}',
+]
 
 
 @pytest.mark.parametrize("seed", HOSTILE)

@@ -25,16 +25,37 @@ from protos.gen.kserve import grpc_predict_v2_pb2 as kfs
 from protos.gen.tensorflow_serving.apis import get_model_status_pb2, predict_pb2
 from tests.reliability.helpers import SCALER_X, build_repository
 
-NAMES = ["..", "../scaler", "..%2Fscaler", "%2E%2E%2Fscaler", "/etc/passwd", "scaler/../../x",
-         "sca\x00ler", "a" * 5000, "ß☃𝄞", "%00", "scaler%2F..%2F..", "C:\\Windows", "~root"]
+NAMES = [
+    "..",
+    "../scaler",
+    "..%2Fscaler",
+    "%2E%2E%2Fscaler",
+    "/etc/passwd",
+    "scaler/../../x",
+    "sca\x00ler",
+    "a" * 5000,
+    "ß☃𝄞",
+    "%00",
+    "scaler%2F..%2F..",
+    "C:\\Windows",
+    "~root",
+]
 VERSIONS = ["..", "-1", "1/..", "9" * 40, "%2E%2E", "1\x00"]
 _seen: list[str] = []
 _recording = [False]
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if _recording[0] and event in ("open", "os.listdir", "os.scandir", "os.chdir",
-                                   "os.mkdir", "os.remove", "os.rename", "shutil.rmtree"):
+    if _recording[0] and event in (
+        "open",
+        "os.listdir",
+        "os.scandir",
+        "os.chdir",
+        "os.mkdir",
+        "os.remove",
+        "os.rename",
+        "shutil.rmtree",
+    ):
         _seen.append(f"{event} {args[0]!r}")
 
 
@@ -65,8 +86,11 @@ def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 @pytest.fixture(scope="module", params=[False, True], ids=["loaded", "lazy"])
 def app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> App:
     root = build_repository(tmp_path_factory.mktemp("nofs"))
-    settings = Settings(config_path=str(root / "config.json"), lazy_load=request.param,
-                        cache_dir=str(root / "cache"))
+    settings = Settings(
+        config_path=str(root / "config.json"),
+        lazy_load=request.param,
+        cache_dir=str(root / "cache"),
+    )
     app = App(ModelManager.start(settings), settings)
     warm(app)
     return app
@@ -77,11 +101,18 @@ def warm(app: App) -> None:
     _manager[:] = [app.manager]
     body = json.dumps({"instances": SCALER_X}).encode()
     assert app.handle(make_request("POST", "/v1/models/scaler:predict", body)).status == 200
-    kserve = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
-                                     "data": SCALER_X[0]}]}).encode()
+    kserve = json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": SCALER_X[0]}]}
+    ).encode()
     assert app.handle(make_request("POST", "/v2/models/scaler/infer", kserve)).status == 200
-    for path in ("/v1/models/scaler", "/v1/models/scaler/metadata", "/v2/models/scaler",
-                 "/v2/models/scaler/ready", "/v1/models/nope", "/v2/models/nope/ready"):
+    for path in (
+        "/v1/models/scaler",
+        "/v1/models/scaler/metadata",
+        "/v2/models/scaler",
+        "/v2/models/scaler/ready",
+        "/v1/models/nope",
+        "/v2/models/nope/ready",
+    ):
         app.handle(make_request("GET", path))
     for call in _grpc_calls("scaler", ""):
         _grpc(call)
@@ -90,11 +121,15 @@ def warm(app: App) -> None:
 def _rest_calls(name: str, version: str) -> list[tuple[str, str, bytes]]:
     body = json.dumps({"instances": SCALER_X}).encode()
     v = f"/versions/{version}" if version else ""
-    return [("POST", f"/v1/models/{name}{v}:predict", body),
-            ("GET", f"/v1/models/{name}{v}", b""), ("GET", f"/v1/models/{name}{v}/metadata", b""),
-            ("GET", f"/v2/models/{name}{v}", b""), ("GET", f"/v2/models/{name}{v}/ready", b""),
-            ("POST", f"/v2/models/{name}{v}/infer", b'{"inputs": []}'),
-            ("POST", f"/v1/models/{name}{v}:classify", body)]
+    return [
+        ("POST", f"/v1/models/{name}{v}:predict", body),
+        ("GET", f"/v1/models/{name}{v}", b""),
+        ("GET", f"/v1/models/{name}{v}/metadata", b""),
+        ("GET", f"/v2/models/{name}{v}", b""),
+        ("GET", f"/v2/models/{name}{v}/ready", b""),
+        ("POST", f"/v2/models/{name}{v}/infer", b'{"inputs": []}'),
+        ("POST", f"/v1/models/{name}{v}:classify", body),
+    ]
 
 
 def _grpc_calls(name: str, version: str) -> list[Callable[[], object]]:
@@ -111,11 +146,13 @@ def _grpc_calls(name: str, version: str) -> list[Callable[[], object]]:
     prediction, models = grpc_server.PredictionService(plane), grpc_server.ModelService(plane)
     inference = grpc_server.InferenceService(plane)
     # the servicer methods without their ServingError -> context.abort wrapper
-    return [lambda: type(prediction).Predict.__wrapped__(prediction, tfs, None),
-            lambda: type(models).GetModelStatus.__wrapped__(models, status, None),
-            lambda: type(inference).ModelInfer.__wrapped__(inference, infer, None),
-            lambda: type(inference).ModelMetadata.__wrapped__(inference, meta, None),
-            lambda: type(inference).ModelReady.__wrapped__(inference, ready, None)]
+    return [
+        lambda: type(prediction).Predict.__wrapped__(prediction, tfs, None),
+        lambda: type(models).GetModelStatus.__wrapped__(models, status, None),
+        lambda: type(inference).ModelInfer.__wrapped__(inference, infer, None),
+        lambda: type(inference).ModelMetadata.__wrapped__(inference, meta, None),
+        lambda: type(inference).ModelReady.__wrapped__(inference, ready, None),
+    ]
 
 
 _manager: list[ModelManager] = []

@@ -29,8 +29,7 @@ from protos.gen.tensorflow.core.framework import tensor_pb2
 from protos.gen.tensorflow_serving.apis import predict_pb2
 from tests.core.helpers import encode_image
 
-PROPERTY = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NUMERIC = [row for row in dtypes.ROWS if row is not dtypes.BYTES and row.kserve != "FP16"]
 TF_ENUMS = st.sampled_from([row.tf_enum for row in dtypes.ROWS]) | st.integers(-3, 40)
 DIMS = st.lists(st.integers(-2, 6) | st.sampled_from([2**31, 2**40, 2**62]), max_size=4)
@@ -62,14 +61,26 @@ def test_tfs_predict_from_any_wire_bytes(wire: bytes) -> None:
 
 
 @PROPERTY
-@given(dtype=TF_ENUMS, dims=DIMS, content=st.binary(max_size=64),
-       floats=st.lists(scalars, max_size=8),
-       ints=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=8),
-       int64s=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=8),
-       strings=st.lists(st.binary(max_size=8), max_size=4), unknown_rank=st.booleans())
-def test_tfs_tensor_proto_any_fields(dtype: int, dims: list[int], content: bytes,
-                                     floats: list[float], ints: list[int], int64s: list[int],
-                                     strings: list[bytes], unknown_rank: bool) -> None:
+@given(
+    dtype=TF_ENUMS,
+    dims=DIMS,
+    content=st.binary(max_size=64),
+    floats=st.lists(scalars, max_size=8),
+    ints=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=8),
+    int64s=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=8),
+    strings=st.lists(st.binary(max_size=8), max_size=4),
+    unknown_rank=st.booleans(),
+)
+def test_tfs_tensor_proto_any_fields(
+    dtype: int,
+    dims: list[int],
+    content: bytes,
+    floats: list[float],
+    ints: list[int],
+    int64s: list[int],
+    strings: list[bytes],
+    unknown_rank: bool,
+) -> None:
     proto = tensor_pb2.TensorProto(dtype=dtype)  # type: ignore[arg-type]
     for size in dims:
         proto.tensor_shape.dim.add(size=size)
@@ -90,8 +101,13 @@ def test_tfs_tensor_proto_any_fields(dtype: int, dims: list[int], content: bytes
 
 
 @PROPERTY
-@given(st.sampled_from(NUMERIC).flatmap(lambda row: hnp.arrays(
-    row.numpy, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4))))
+@given(
+    st.sampled_from(NUMERIC).flatmap(
+        lambda row: hnp.arrays(
+            row.numpy, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
+        )
+    )
+)
 def test_tfs_typed_fields_round_trip(array: np.ndarray) -> None:
     """Values in the typed *_val fields (as TensorFlow's make_tensor_proto fills them)."""
     row = dtypes.from_numpy(array.dtype)
@@ -133,19 +149,25 @@ kserve_types = st.sampled_from([row.kserve for row in dtypes.ROWS] + ["FP99", ""
 
 
 @PROPERTY
-@given(tensors_=st.lists(st.tuples(st.sampled_from(["x", "y", "x"]), kserve_types, DIMS),
-                         max_size=3),
-       raw=st.none() | st.lists(st.binary(max_size=48), max_size=4),
-       fp32=st.lists(st.floats(width=32), max_size=8),
-       ints=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=8),
-       strings=st.lists(st.binary(max_size=8), max_size=4))
-def test_kserve_request_any_fields(tensors_: list[tuple[str, str, list[int]]],
-                                   raw: list[bytes] | None, fp32: list[float], ints: list[int],
-                                   strings: list[bytes]) -> None:
+@given(
+    tensors_=st.lists(st.tuples(st.sampled_from(["x", "y", "x"]), kserve_types, DIMS), max_size=3),
+    raw=st.none() | st.lists(st.binary(max_size=48), max_size=4),
+    fp32=st.lists(st.floats(width=32), max_size=8),
+    ints=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=8),
+    strings=st.lists(st.binary(max_size=8), max_size=4),
+)
+def test_kserve_request_any_fields(
+    tensors_: list[tuple[str, str, list[int]]],
+    raw: list[bytes] | None,
+    fp32: list[float],
+    ints: list[int],
+    strings: list[bytes],
+) -> None:
     request = kfs.ModelInferRequest(model_name="m")
     for name, datatype, shape in tensors_:
-        tensor = request.inputs.add(name=name, datatype=datatype,
-                                    shape=[max(d, -(2**62)) for d in shape])
+        tensor = request.inputs.add(
+            name=name, datatype=datatype, shape=[max(d, -(2**62)) for d in shape]
+        )
         tensor.contents.fp32_contents.extend(fp32)
         tensor.contents.int_contents.extend(ints)
         tensor.contents.bytes_contents.extend(strings)
@@ -157,8 +179,10 @@ def test_kserve_request_any_fields(tensors_: list[tuple[str, str, list[int]]],
 
 
 any_numeric = st.sampled_from(NUMERIC + [dtypes.BY_KSERVE["FP16"]]).flatmap(
-    lambda row: hnp.arrays(row.numpy, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0,
-                                                       max_side=4)))
+    lambda row: hnp.arrays(
+        row.numpy, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
+    )
+)
 
 
 @PROPERTY
@@ -174,14 +198,16 @@ def test_kserve_raw_round_trip(array: np.ndarray) -> None:
 
 
 @PROPERTY
-@given(st.sampled_from([r for r in NUMERIC if r.kserve in kserve_grpc._CONTENTS]).flatmap(
-    lambda row: hnp.arrays(row.numpy, hnp.array_shapes(min_dims=1, max_dims=3, max_side=4))))
+@given(
+    st.sampled_from([r for r in NUMERIC if r.kserve in kserve_grpc._CONTENTS]).flatmap(
+        lambda row: hnp.arrays(row.numpy, hnp.array_shapes(min_dims=1, max_dims=3, max_side=4))
+    )
+)
 def test_kserve_typed_contents_round_trip(array: np.ndarray) -> None:
     row = dtypes.from_numpy(array.dtype)
     request = kfs.ModelInferRequest(model_name="m")
     tensor = request.inputs.add(name="x", datatype=row.kserve, shape=array.shape)
-    getattr(tensor.contents, kserve_grpc._CONTENTS[row.kserve]).extend(
-        array.reshape(-1).tolist())
+    getattr(tensor.contents, kserve_grpc._CONTENTS[row.kserve]).extend(array.reshape(-1).tolist())
     back = kserve_grpc.decode_inputs(request)["x"]
     assert back.dtype == array.dtype and back.tobytes() == array.tobytes()
 
@@ -236,9 +262,12 @@ PNG_HEAD = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 
 
 @PROPERTY
-@given(data=st.binary(max_size=200) | st.binary(max_size=200).map(lambda b: PNG_HEAD + b)
-       | st.binary(max_size=200).map(lambda b: b"\xff\xd8\xff\xe0" + b),
-       count=st.integers(1, 2))
+@given(
+    data=st.binary(max_size=200)
+    | st.binary(max_size=200).map(lambda b: PNG_HEAD + b)
+    | st.binary(max_size=200).map(lambda b: b"\xff\xd8\xff\xe0" + b),
+    count=st.integers(1, 2),
+)
 def test_images_any_bytes(data: bytes, count: int) -> None:
     items = np.empty(count, dtype=object)
     items[:] = [data] * count

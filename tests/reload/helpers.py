@@ -44,8 +44,9 @@ def _staging(root: Path) -> Path:
     return folder
 
 
-def put_version(base: Path, version: int, factor: float | None = None,
-                shape: tuple[int, ...] = (-1, 4)) -> Path:
+def put_version(
+    base: Path, version: int, factor: float | None = None, shape: tuple[int, ...] = (-1, 4)
+) -> Path:
     """A complete scaler version, published by one rename (a poller never sees half of it)."""
     staging = _staging(base)
     models.save(models.scaler(float(version if factor is None else factor), shape), staging)
@@ -80,10 +81,16 @@ def remove_version(base: Path, version: int) -> None:
     shutil.rmtree(gone)
 
 
-def write_config_atomic(path: Path, entries: Sequence[Mapping[str, Any]] | None = None,
-                        raw: str | None = None) -> Path:
-    text = raw if raw is not None else json.dumps(
-        {"model_config_list": [{"config": dict(e)} for e in entries or []]}, indent=1)
+def write_config_atomic(
+    path: Path, entries: Sequence[Mapping[str, Any]] | None = None, raw: str | None = None
+) -> Path:
+    text = (
+        raw
+        if raw is not None
+        else json.dumps(
+            {"model_config_list": [{"config": dict(e)} for e in entries or []]}, indent=1
+        )
+    )
     scratch = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     scratch.write_text(text)
     os.replace(scratch, path)
@@ -128,8 +135,10 @@ def states(send: Send, name: str) -> dict[int, tuple[str, str]]:
     """version -> (state, error_message) from GET /v1/models/<name>."""
     status, doc = send("GET", f"/v1/models/{name}", None)
     assert status == 200, doc
-    return {int(v["version"]): (v["state"], v["status"]["error_message"])
-            for v in doc["model_version_status"]}
+    return {
+        int(v["version"]): (v["state"], v["status"]["error_message"])
+        for v in doc["model_version_status"]
+    }
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> float:

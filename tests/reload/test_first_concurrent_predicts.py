@@ -41,9 +41,15 @@ def test_first_predicts_from_many_threads_do_not_deadlock(tmp_path: Path) -> Non
     put_version(tmp_path / "m", 1)
     root = Path(__file__).resolve().parents[2]
     model = tmp_path / "m" / "1" / "model.xml"  # read from disk, as a server does
-    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(model)], cwd=root,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                for _ in range(CHILDREN)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(model)],
+            cwd=root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(CHILDREN)
+    ]
     hung = 0
     for child in children:
         try:

@@ -44,11 +44,20 @@ def test_config_diff_reloads_only_the_changed_models(tmp_path: Path) -> None:
     before = {n: app.manager.models[n].versions[1] for n in names[:-1]}
     assert send("POST", "/v1/config/reload")[0] == 200  # nothing changed
 
-    changed = {"nireq": {"nireq": 3}, "plugin": {"plugin_config": {"NUM_STREAMS": 1}},
-               "shape": {"shape": "(1,4)"}}
-    write_config_atomic(config, [{**entry, **changed.get(entry["name"], {})}
-                                 for entry in base if entry["name"] != "dropped"]
-                        + [{"name": "added", "base_path": "added"}])
+    changed = {
+        "nireq": {"nireq": 3},
+        "plugin": {"plugin_config": {"NUM_STREAMS": 1}},
+        "shape": {"shape": "(1,4)"},
+    }
+    write_config_atomic(
+        config,
+        [
+            {**entry, **changed.get(entry["name"], {})}
+            for entry in base
+            if entry["name"] != "dropped"
+        ]
+        + [{"name": "added", "base_path": "added"}],
+    )
     status, doc = send("POST", "/v1/config/reload")
     assert status == 201, doc
     assert set(doc) == {"keep", "nireq", "plugin", "shape", "added", "dropped"}
@@ -79,8 +88,9 @@ def test_config_diff_reloads_only_the_changed_models(tmp_path: Path) -> None:
     assert states(send, "dropped") == {1: ("AVAILABLE", "OK")}
 
 
-def test_broken_config_is_rejected_as_a_whole(tmp_path: Path,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_broken_config_is_rejected_as_a_whole(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     put_version(tmp_path / "m", 1)
     entries = [{"name": "m", "base_path": "m"}]
     config = write_config_atomic(tmp_path / "config.json", entries)
@@ -88,11 +98,19 @@ def test_broken_config_is_rejected_as_a_whole(tmp_path: Path,
     send = app_sender(app)
     served = app.manager.models["m"].versions[1]
     put_version(tmp_path / "m", 2)  # would be a change, were the config readable
-    cases = [('{"model_config_list": [', "Configuration file is not a valid JSON file"),
-             ('{"model_config_list": [{"config": {"name": "m", "base_path": "m", '
-              '"nireq": 2, "bogus": 1}}]}', "unknown field (JSON schema parse error)"),
-             ('{"model_config_list": [{"config": {"name": "m", "base_path": "m"}}, '
-              '{"config": {"name": "m", "base_path": "m"}}]}', "is duplicated")]
+    cases = [
+        ('{"model_config_list": [', "Configuration file is not a valid JSON file"),
+        (
+            '{"model_config_list": [{"config": {"name": "m", "base_path": "m", '
+            '"nireq": 2, "bogus": 1}}]}',
+            "unknown field (JSON schema parse error)",
+        ),
+        (
+            '{"model_config_list": [{"config": {"name": "m", "base_path": "m"}}, '
+            '{"config": {"name": "m", "base_path": "m"}}]}',
+            "is duplicated",
+        ),
+    ]
     for raw, message in cases:
         write_config_atomic(config, raw=raw)
         caplog.clear()
@@ -115,9 +133,13 @@ def test_broken_config_is_rejected_as_a_whole(tmp_path: Path,
 def test_reload_answers_201_when_something_changed_and_200_when_not(tmp_path: Path) -> None:
     put_version(tmp_path / "m", 1)
     put_version(tmp_path / "n", 1, factor=5.0)
-    config = write_config_atomic(tmp_path / "config.json", [
-        {"name": "m", "base_path": "m", "model_version_policy": {"all": {}}},
-        {"name": "n", "base_path": "n"}])
+    config = write_config_atomic(
+        tmp_path / "config.json",
+        [
+            {"name": "m", "base_path": "m", "model_version_policy": {"all": {}}},
+            {"name": "n", "base_path": "n"},
+        ],
+    )
     app = start_app(settings(tmp_path, config))
     send = app_sender(app)
     reload = lambda: send("POST", "/v1/config/reload")  # noqa: E731
@@ -135,14 +157,15 @@ def test_reload_answers_201_when_something_changed_and_200_when_not(tmp_path: Pa
     assert reload()[0] == 201
     assert reload()[0] == 200
     doc = send("GET", "/v1/config")[1]
-    assert {n: [(v["version"], v["state"]) for v in e["model_version_status"]]
-            for n, e in doc.items()} == {
+    assert {
+        n: [(v["version"], v["state"]) for v in e["model_version_status"]] for n, e in doc.items()
+    } == {
         "m": [("1", "AVAILABLE"), ("2", "AVAILABLE"), ("3", "UNLOADING")],
-        "n": [("1", "AVAILABLE")]}
+        "n": [("1", "AVAILABLE")],
+    }
 
 
-def test_failed_replacement_shows_in_the_status_until_good_files_replace_it(
-        tmp_path: Path) -> None:
+def test_failed_replacement_shows_in_the_status_until_good_files_replace_it(tmp_path: Path) -> None:
     put_version(tmp_path / "m", 1, factor=2.0)
     config = write_config_atomic(tmp_path / "config.json", [{"name": "m", "base_path": "m"}])
     app = start_app(settings(tmp_path, config))
@@ -163,8 +186,10 @@ def test_failed_replacement_shows_in_the_status_until_good_files_replace_it(
 def test_removed_version_finishes_its_in_flight_requests(tmp_path: Path) -> None:
     for version in (1, 2):
         put_version(tmp_path / "m", version)
-    config = write_config_atomic(tmp_path / "config.json", [
-        {"name": "m", "base_path": "m", "model_version_policy": {"all": {}}}])
+    config = write_config_atomic(
+        tmp_path / "config.json",
+        [{"name": "m", "base_path": "m", "model_version_policy": {"all": {}}}],
+    )
     app = start_app(settings(tmp_path, config))
     send = app_sender(app)
     resolved = app.manager.get("m", 2)  # a request that picked v2 and is still decoding
@@ -256,8 +281,7 @@ def test_latest_policy_keeps_serving_while_the_newer_version_is_broken(tmp_path:
     assert send("POST", "/v1/config/reload")[0] == 200
 
 
-def test_lazy_latest_policy_keeps_the_old_version_until_the_new_one_loads(
-        tmp_path: Path) -> None:
+def test_lazy_latest_policy_keeps_the_old_version_until_the_new_one_loads(tmp_path: Path) -> None:
     put_version(tmp_path / "m", 1)
     config = write_config_atomic(tmp_path / "config.json", [{"name": "m", "base_path": "m"}])
     app = start_app(settings(tmp_path, config, lazy_load=True))

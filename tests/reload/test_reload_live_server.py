@@ -68,8 +68,9 @@ def server(repo: Path, server_factory: Callable[..., RunningServer]) -> RunningS
     return server_factory(config, "--file_system_poll_wait_seconds", str(POLL_S))
 
 
-def test_versions_change_under_load_without_failed_requests(repo: Path,
-                                                            server: RunningServer) -> None:
+def test_versions_change_under_load_without_failed_requests(
+    repo: Path, server: RunningServer
+) -> None:
     make_send = http_sender(server.url)
     send = make_send()
     base = repo / "m"
@@ -79,8 +80,11 @@ def test_versions_change_under_load_without_failed_requests(repo: Path,
         # 1. a new version: published only once AVAILABLE, then "latest" switches to it
         added_at = time.monotonic()
         put_version(base, 3)
-        v3_at = wait_for(lambda: states(send, "m").get(3, ("",))[0] == "AVAILABLE",
-                         "v3 AVAILABLE (poller, no reload call)", PICKUP_S)
+        v3_at = wait_for(
+            lambda: states(send, "m").get(3, ("",))[0] == "AVAILABLE",
+            "v3 AVAILABLE (poller, no reload call)",
+            PICKUP_S,
+        )
         assert predict(send, "m") == (200, 3.0)
         # 2. a removed version: UNLOADING at once, END once its requests are done
         remove_version(base, 1)
@@ -134,7 +138,8 @@ def test_versions_change_under_load_without_failed_requests(repo: Path,
 
 
 def test_config_changes_are_picked_up_and_broken_config_keeps_serving(
-        repo: Path, server: RunningServer) -> None:
+    repo: Path, server: RunningServer
+) -> None:
     make_send = http_sender(server.url)
     send = make_send()
     put_version(repo / "added", 1, factor=11.0)
@@ -149,15 +154,24 @@ def test_config_changes_are_picked_up_and_broken_config_keeps_serving(
         loads_of_m = _loads(server, "m")
         assert loads_of_m >= 3  # v1, v2 at start, v3 (and the corrupt ones) since
         added = entries("added")[0]
-        write_config_atomic(config, [*entries("m"), {**added, "nireq": 2, "shape": "(1,4)",
-                                                     "plugin_config": {"NUM_STREAMS": 1}}])
+        write_config_atomic(
+            config,
+            [
+                *entries("m"),
+                {**added, "nireq": 2, "shape": "(1,4)", "plugin_config": {"NUM_STREAMS": 1}},
+            ],
+        )
         wait_for(lambda: _shape(server, "added") == ["1", "4"], "added reshaped", PICKUP_S)
         assert predict(send, "added") == (200, 11.0)
         assert _loads(server, "m") == loads_of_m  # m was not recompiled
         # broken configs: rejected as a whole, the API says why, the old config serves on
-        for raw, message in (('{"model_config_list": [', "not a valid JSON file"),
-                             ('{"model_config_list": [{"config": {"name": "m", "base_path": '
-                              '"m", "bogus": 1}}]}', "unknown field")):
+        for raw, message in (
+            ('{"model_config_list": [', "not a valid JSON file"),
+            (
+                '{"model_config_list": [{"config": {"name": "m", "base_path": "m", "bogus": 1}}]}',
+                "unknown field",
+            ),
+        ):
             write_config_atomic(config, raw=raw)
             response = server.post("/v1/config/reload")
             assert response.status_code == 400, response.text
@@ -168,16 +182,25 @@ def test_config_changes_are_picked_up_and_broken_config_keeps_serving(
             assert listed.keys() == {"m", "added", "other"}  # other: removed, listed as END
             assert listed["other"]["model_version_status"][0]["state"] in ("UNLOADING", "END")
         write_config_atomic(config, entries("m", "added"))
-        wait_for(lambda: server.post("/v1/config/reload").status_code == 200,
-                 "nothing left to reload", PICKUP_S)
+        wait_for(
+            lambda: server.post("/v1/config/reload").status_code == 200,
+            "nothing left to reload",
+            PICKUP_S,
+        )
     assert client.answers and all(a.status == 200 for a in client.answers), [
-        a for a in client.answers if a.status != 200][:5]
+        a for a in client.answers if a.status != 200
+    ][:5]
     assert {a.result for a in client.answers} == {3.0}
     log = server.log()
     assert log.count("Configuration file is not a valid JSON file") <= 3, log[-2000:]
     doc = server.get("/v1/config").json()
     assert {int(v["version"]): v["state"] for v in doc["m"]["model_version_status"]} == {
-        1: "END", 2: "AVAILABLE", 3: "AVAILABLE", 4: "LOADING", 5: "LOADING"}
+        1: "END",
+        2: "AVAILABLE",
+        3: "AVAILABLE",
+        4: "LOADING",
+        5: "LOADING",
+    }
     assert [v["state"] for v in doc["added"]["model_version_status"]] == ["AVAILABLE"]
     assert [v["state"] for v in doc["other"]["model_version_status"]] == ["END"]
 

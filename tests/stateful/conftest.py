@@ -54,8 +54,10 @@ class Repo:
 def stateful_repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
     root = tmp_path_factory.mktemp("stateful")
     save(accumulator(), root / "accumulator" / "1")
-    entries = [{"config": {"name": name, "base_path": "accumulator", "stateful": True, **extra}}
-               for name, extra in MODELS.items()]
+    entries = [
+        {"config": {"name": name, "base_path": "accumulator", "stateful": True, **extra}}
+        for name, extra in MODELS.items()
+    ]
     config = root / "config.json"
     config.write_text(json.dumps({"model_config_list": entries}))
     return Repo(root, config)
@@ -66,8 +68,9 @@ def app(stateful_repo: Repo, tmp_path_factory: pytest.TempPathFactory) -> App:
     return app_for(stateful_repo.config, tmp_path_factory.mktemp("stateful-cache"))
 
 
-def tfs_body(x: list[float], sequence_id: int | None = None, control: int | None = None
-             ) -> dict[str, Any]:
+def tfs_body(
+    x: list[float], sequence_id: int | None = None, control: int | None = None
+) -> dict[str, Any]:
     inputs: dict[str, Any] = {"x": [x]}
     if sequence_id is not None:
         inputs["sequence_id"] = [sequence_id]

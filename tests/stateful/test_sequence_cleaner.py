@@ -30,16 +30,18 @@ def restore_idle_seconds() -> Iterator[None]:
 
 
 def app_with(repo: Repo, tmp_path: Path, minutes: str) -> App:
-    settings = Settings.from_env({"OVS_CONFIG_PATH": str(repo.config),
-                                  "OVS_SEQUENCE_CLEANER_POLL_WAIT_MINUTES": minutes},
-                                 cache_dir=str(tmp_path))
+    settings = Settings.from_env(
+        {"OVS_CONFIG_PATH": str(repo.config), "OVS_SEQUENCE_CLEANER_POLL_WAIT_MINUTES": minutes},
+        cache_dir=str(tmp_path),
+    )
     return App(ModelManager.start(settings), settings)
 
 
 def test_env_minutes_drop_an_idle_sequence(stateful_repo: Repo, tmp_path: Path) -> None:
     app = app_with(stateful_repo, tmp_path, "0.005")  # 0.3 s
-    assert call(app, "POST", "/v1/models/acc:predict", tfs_body([1, 1, 1, 1], 41, START)
-                ).status == 200
+    assert (
+        call(app, "POST", "/v1/models/acc:predict", tfs_body([1, 1, 1, 1], 41, START)).status == 200
+    )
     time.sleep(1.2)
     reply = call(app, "POST", "/v1/models/acc:predict", tfs_body([1, 1, 1, 1], 41))
     assert reply.status == 404
@@ -65,19 +67,36 @@ def test_the_serve_flag(stateful_repo: Repo, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OVS_")}
     with (tmp_path / "serve.log").open("wb") as log:
         server = subprocess.Popen(
-            [console_script(), "serve", "--config_path", str(stateful_repo.config),
-             "--rest_port", str(port), "--cache_dir", str(tmp_path),
-             "--sequence_cleaner_poll_wait_minutes", "0.005", "--shutdown_grace_seconds", "1"],
-            stdout=log, stderr=subprocess.STDOUT, env=env)
+            [
+                console_script(),
+                "serve",
+                "--config_path",
+                str(stateful_repo.config),
+                "--rest_port",
+                str(port),
+                "--cache_dir",
+                str(tmp_path),
+                "--sequence_cleaner_poll_wait_minutes",
+                "0.005",
+                "--shutdown_grace_seconds",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     url = f"http://127.0.0.1:{port}/v1/models/acc:predict"
     try:
         deadline = time.monotonic() + 90
         while True:
-            assert server.poll() is None and time.monotonic() < deadline, \
-                (tmp_path / "serve.log").read_text()
+            assert server.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "serve.log"
+            ).read_text()
             try:
-                if requests.get(f"http://127.0.0.1:{port}/v2/health/ready",
-                                timeout=2).status_code == 200:
+                if (
+                    requests.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code
+                    == 200
+                ):
                     break
             except requests.RequestException:
                 time.sleep(0.2)
@@ -92,8 +111,19 @@ def test_the_serve_flag(stateful_repo: Repo, tmp_path: Path) -> None:
 
 def test_a_negative_flag_exits_with_usage(stateful_repo: Repo) -> None:
     done = subprocess.run(
-        [console_script(), "invoke", "GET", "/v1/models/acc", "--config_path",
-         str(stateful_repo.config), "--sequence_cleaner_poll_wait_minutes", "-1"],
-        capture_output=True, text=True, timeout=120)
+        [
+            console_script(),
+            "invoke",
+            "GET",
+            "/v1/models/acc",
+            "--config_path",
+            str(stateful_repo.config),
+            "--sequence_cleaner_poll_wait_minutes",
+            "-1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 64
     assert "--sequence_cleaner_poll_wait_minutes: must be >= 0" in done.stderr

@@ -26,10 +26,12 @@ from tests.stateful.conftest import Repo, tfs_body
 START, END = 1, 2
 
 
-def tfs(app: App, model: str, x: list[float], sequence_id: int | None = None,
-        control: int | None = None) -> tuple[list[float], int]:
-    answer = tfs_columns(doc(call(app, "POST", f"/v1/models/{model}:predict",
-                                  tfs_body(x, sequence_id, control))))
+def tfs(
+    app: App, model: str, x: list[float], sequence_id: int | None = None, control: int | None = None
+) -> tuple[list[float], int]:
+    answer = tfs_columns(
+        doc(call(app, "POST", f"/v1/models/{model}:predict", tfs_body(x, sequence_id, control)))
+    )
     assert answer["sequence_id"].shape == (1,)
     return answer["sum"][0].tolist(), int(answer["sequence_id"][0])
 
@@ -65,11 +67,18 @@ def test_start_without_an_id_or_with_0_gets_a_server_assigned_one(app: App) -> N
 
 def test_kserve_rest_sequence(app: App) -> None:
     def infer(x: float, control: int) -> dict[str, list[float]]:
-        body = {"inputs": [
-            {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [x] * 4},
-            {"name": "sequence_id", "shape": [1], "datatype": "UINT64", "data": [301]},
-            {"name": "sequence_control_input", "shape": [1], "datatype": "UINT32",
-             "data": [control]}]}
+        body = {
+            "inputs": [
+                {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [x] * 4},
+                {"name": "sequence_id", "shape": [1], "datatype": "UINT64", "data": [301]},
+                {
+                    "name": "sequence_control_input",
+                    "shape": [1],
+                    "datatype": "UINT32",
+                    "data": [control],
+                },
+            ]
+        }
         answer = doc(call(app, "POST", "/v2/models/acc/infer", body))
         return {o["name"]: o["data"] for o in answer["outputs"]}
 
@@ -78,14 +87,17 @@ def test_kserve_rest_sequence(app: App) -> None:
     assert infer(1.0, END)["sum"] == [4.0] * 4
     meta = doc(call(app, "GET", "/v2/models/acc"))
     assert {"name": "sequence_id", "datatype": "UINT64", "shape": [1]} in meta["inputs"]
-    assert {"name": "sequence_control_input", "datatype": "UINT32", "shape": [1]} in \
-        meta["inputs"]
+    assert {"name": "sequence_control_input", "datatype": "UINT32", "shape": [1]} in meta["inputs"]
     assert {"name": "sequence_id", "datatype": "UINT64", "shape": [1]} in meta["outputs"]
 
 
 def test_grpc_sequences_with_uint64_val_and_uint32_val(app: App) -> None:
-    def predict(stub: prediction_service_pb2_grpc.PredictionServiceStub, x: float,
-                sequence_id: int, control: int) -> tuple[list[float], int]:
+    def predict(
+        stub: prediction_service_pb2_grpc.PredictionServiceStub,
+        x: float,
+        sequence_id: int,
+        control: int,
+    ) -> tuple[list[float], int]:
         request = predict_pb2.PredictRequest()
         request.model_spec.name = "acc"
         tfs_grpc.fill_proto(np.full((1, 4), x, np.float32), request.inputs["x"])
@@ -100,18 +112,21 @@ def test_grpc_sequences_with_uint64_val_and_uint32_val(app: App) -> None:
         reply = stub.Predict(request)
         echoed = reply.outputs["sequence_id"]
         assert echoed.dtype == types_pb2.DT_UINT64
-        return (tfs_grpc.to_numpy(reply.outputs["sum"], "sum")[0].tolist(),
-                echoed.uint64_val[0])
+        return (tfs_grpc.to_numpy(reply.outputs["sum"], "sum")[0].tolist(), echoed.uint64_val[0])
 
-    def infer(stub: kgrpc.GRPCInferenceServiceStub, x: float, control: int
-              ) -> kpb.ModelInferResponse:
+    def infer(
+        stub: kgrpc.GRPCInferenceServiceStub, x: float, control: int
+    ) -> kpb.ModelInferResponse:
         request = kpb.ModelInferRequest(model_name="acc")
-        request.inputs.add(name="x", datatype="FP32", shape=[1, 4]).contents.fp32_contents \
-            .extend([x] * 4)
-        request.inputs.add(name="sequence_id", datatype="UINT64", shape=[1]).contents \
-            .uint64_contents.append(402)
-        request.inputs.add(name="sequence_control_input", datatype="UINT32", shape=[1]) \
-            .contents.uint_contents.append(control)
+        request.inputs.add(name="x", datatype="FP32", shape=[1, 4]).contents.fp32_contents.extend(
+            [x] * 4
+        )
+        request.inputs.add(
+            name="sequence_id", datatype="UINT64", shape=[1]
+        ).contents.uint64_contents.append(402)
+        request.inputs.add(
+            name="sequence_control_input", datatype="UINT32", shape=[1]
+        ).contents.uint_contents.append(control)
         return stub.ModelInfer(request)
 
     with grpc_channel(app.manager) as channel:
@@ -126,8 +141,7 @@ def test_grpc_sequences_with_uint64_val_and_uint32_val(app: App) -> None:
         kserve_stub = kgrpc.GRPCInferenceServiceStub(channel)
         infer(kserve_stub, 0.5, START)
         reply = infer(kserve_stub, 0.5, END)
-        outputs = dict(zip([o.name for o in reply.outputs], reply.raw_output_contents,
-                           strict=True))
+        outputs = dict(zip([o.name for o in reply.outputs], reply.raw_output_contents, strict=True))
         assert np.frombuffer(outputs["sum"], np.float32).tolist() == [1.0] * 4
         assert np.frombuffer(outputs["sequence_id"], np.uint64).tolist() == [402]
         with pytest.raises(grpc.RpcError) as caught:
@@ -140,12 +154,15 @@ def test_grpc_sequences_with_uint64_val_and_uint32_val(app: App) -> None:
         tfs(app, "acc", [0, 0, 0, 0], 403, END)
 
 
-@pytest.mark.parametrize(("body", "status", "message"), [
-    (tfs_body([1, 1, 1, 1]), 400, "Sequence id has not been provided in request inputs"),
-    (tfs_body([1, 1, 1, 1], 0), 400, "Sequence id has not been provided in request inputs"),
-    (tfs_body([1, 1, 1, 1], 501, 3), 400, "sequence_control_input must be 0, 1"),
-    (tfs_body([1, 1, 1, 1], 999_999), 404, "Sequence with provided ID does not exist"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (tfs_body([1, 1, 1, 1]), 400, "Sequence id has not been provided in request inputs"),
+        (tfs_body([1, 1, 1, 1], 0), 400, "Sequence id has not been provided in request inputs"),
+        (tfs_body([1, 1, 1, 1], 501, 3), 400, "sequence_control_input must be 0, 1"),
+        (tfs_body([1, 1, 1, 1], 999_999), 404, "Sequence with provided ID does not exist"),
+    ],
+)
 def test_sequence_errors(app: App, body: dict[str, object], status: int, message: str) -> None:
     reply = call(app, "POST", "/v1/models/acc:predict", body)
     assert reply.status == status
@@ -189,13 +206,17 @@ def test_low_latency_transformation_loads_and_keeps_state(app: App) -> None:
 
 
 def test_a_stateful_model_imported_from_its_compiled_blob_keeps_sequences(
-        app: App, stateful_repo: Repo, tmp_path: Path) -> None:
+    app: App, stateful_repo: Repo, tmp_path: Path
+) -> None:
     """Served from blobs (export_manager, then OVS_COMPILED_CACHE), with no model read: the
     same signature, and each sequence still keeps its own state."""
     blobs = tmp_path / "blobs"
     assert len(compiled_cache.export_manager(app.manager, blobs)) == len(app.manager.models)
-    settings = Settings(config_path=str(stateful_repo.config), cache_dir=str(tmp_path / "cache"),
-                        compiled_cache=(str(blobs),))
+    settings = Settings(
+        config_path=str(stateful_repo.config),
+        cache_dir=str(tmp_path / "cache"),
+        compiled_cache=(str(blobs),),
+    )
     again = App(ModelManager.start(settings), settings)
     try:
         for name, served in again.manager.models.items():
@@ -210,22 +231,48 @@ def test_a_stateful_model_imported_from_its_compiled_blob_keeps_sequences(
         compiled_cache.configure(False)
 
 
-def _invoke_acc(stateful_repo: Repo, tmp_path: Path, *flags: str, first: tuple[str, ...] = ()
-                ) -> int:
+def _invoke_acc(
+    stateful_repo: Repo, tmp_path: Path, *flags: str, first: tuple[str, ...] = ()
+) -> int:
     """`first`: flags placed before the positionals (METHOD PATH)."""
     from handlers import cli
 
     body = json.dumps(tfs_body([1, 2, 3, 4], 77, START))
-    return cli.main(["invoke", *first, "POST", "/v1/models/acc:predict", "--model_name", "acc",
-                     "--model_path", str(stateful_repo.root / "accumulator"),
-                     "--cache_dir", str(tmp_path), "--log_level", "WARNING", "--data", body,
-                     *flags])
+    return cli.main(
+        [
+            "invoke",
+            *first,
+            "POST",
+            "/v1/models/acc:predict",
+            "--model_name",
+            "acc",
+            "--model_path",
+            str(stateful_repo.root / "accumulator"),
+            "--cache_dir",
+            str(tmp_path),
+            "--log_level",
+            "WARNING",
+            "--data",
+            body,
+            *flags,
+        ]
+    )
 
 
 def test_the_ovms_stateful_flags_serve_a_single_model_as_stateful(
-        stateful_repo: Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _invoke_acc(stateful_repo, tmp_path, "--stateful", "--max_sequence_number", "2",
-                       "--idle_sequence_cleanup=false") == 0
+    stateful_repo: Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        _invoke_acc(
+            stateful_repo,
+            tmp_path,
+            "--stateful",
+            "--max_sequence_number",
+            "2",
+            "--idle_sequence_cleanup=false",
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["outputs"]["sequence_id"] == [77]
     assert _invoke_acc(stateful_repo, tmp_path) == 1  # not stateful: sequence_id is no input
     capsys.readouterr()
@@ -236,4 +283,5 @@ def test_the_ovms_stateful_flags_serve_a_single_model_as_stateful(
     assert _invoke_acc(stateful_repo, tmp_path, "--low_latency_transformation") == 64
     assert capsys.readouterr().err.strip() == (
         "ov-serverless: Setting low_latency_transformation, max_sequence_number and "
-        "idle_sequence_cleanup require setting stateful flag for the model.")
+        "idle_sequence_cleanup require setting stateful flag for the model."
+    )

@@ -37,8 +37,7 @@ def store(
 
 
 @pytest.fixture(params=sorted(STORES))
-def own_store(request: pytest.FixtureRequest,
-              monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+def own_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
     """A bucket on a private emulator the test may kill (the session one stays up)."""
     emulator = EMULATORS[STORES[request.param].scheme]().start()
     try:

@@ -174,8 +174,12 @@ class AzureSdkStore(AzureStore):
 
 _AZ_CONN = "AZURE_STORAGE_CONNECTION_STRING"
 STORES: dict[str, type[Store]] = {
-    "s3": S3Store, "s3-boto3": S3Boto3Store, "gs": GcsStore, "gs-sdk": GcsSdkStore,
-    "az": AzureStore, "az-sdk": AzureSdkStore,
+    "s3": S3Store,
+    "s3-boto3": S3Boto3Store,
+    "gs": GcsStore,
+    "gs-sdk": GcsSdkStore,
+    "az": AzureStore,
+    "az-sdk": AzureSdkStore,
 }
 
 
@@ -206,8 +210,9 @@ def read_version_1(store: Store, cache_dir: Path) -> dict[str, bytes]:
     from core.storage import open_repository
 
     folder = open_repository(store.url("m"), cache_dir).fetch(1).folder
-    return {p.relative_to(folder).as_posix(): p.read_bytes()
-            for p in folder.rglob("*") if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
 
 
 Answer = tuple[int, dict[str, str], bytes]  # status, headers, body
@@ -267,9 +272,12 @@ def forward(port: int, path: str, headers: dict[str, str]) -> Answer:
         body = reply.read()
     finally:
         upstream.close()
-    kept = {name: value for name, value in reply.getheaders()
-            if name.lower() not in ("connection", "content-length", "server", "date",
-                                    "transfer-encoding", "keep-alive")}
+    kept = {
+        name: value
+        for name, value in reply.getheaders()
+        if name.lower()
+        not in ("connection", "content-length", "server", "date", "transfer-encoding", "keep-alive")
+    }
     return reply.status, kept, body
 
 
@@ -281,7 +289,13 @@ def modules_of_a_fetch(url: str, env: dict[str, str]) -> set[str]:
 
     from tests.emulators import REPO
 
-    out = subprocess.run([sys.executable, "-c", _FETCH_PROBE, url], cwd=REPO,
-                         env={**env, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _FETCH_PROBE, url],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return set(json.loads(out.stdout))

@@ -40,8 +40,10 @@ class Echo(Front):
             doc = {"error": {"code": 403, "message": echoed}}
             return 403, {"Content-Type": "application/json"}, json.dumps(doc).encode()
         code = "AccessDenied" if self.kind == "s3" else "AuthenticationFailed"
-        body = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>"
-                f"<Message>{escape(echoed)}</Message></Error>").encode()
+        body = (
+            f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>"
+            f"<Message>{escape(echoed)}</Message></Error>"
+        ).encode()
         headers = {"Content-Type": "application/xml"}
         if self.kind == "az":
             headers["x-ms-error-code"] = code

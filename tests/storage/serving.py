@@ -83,8 +83,9 @@ def states(app: App, name: str = "scaler") -> dict[int, tuple[str, str]]:
     }
 
 
-def wait_state(app: App, version: int, state: str, timeout_s: float = 10.0,
-               name: str = "scaler") -> None:
+def wait_state(
+    app: App, version: int, state: str, timeout_s: float = 10.0, name: str = "scaler"
+) -> None:
     deadline = time.monotonic() + timeout_s
     while states(app, name).get(version, ("",))[0] != state:
         assert time.monotonic() < deadline, f"v{version} not {state}: {states(app, name)}"

@@ -66,10 +66,12 @@ def test_a_wrong_key_is_the_same_access_denied_on_both_clients(
     monkeypatch.setenv("OVS_AZURE_CLIENT", client)
     with pytest.raises(StorageError) as err:
         open_repository(az_store.url("m"), cache_dir).versions()
-    assert str(err.value) == (f"Cannot list az://{az_store.bucket}/m/: access denied: Server "
-                              "failed to authenticate the request. Make sure the value of the "
-                              "Authorization header is formed correctly including the "
-                              "signature.")
+    assert str(err.value) == (
+        f"Cannot list az://{az_store.bucket}/m/: access denied: Server "
+        "failed to authenticate the request. Make sure the value of the "
+        "Authorization header is formed correctly including the "
+        "signature."
+    )
 
 
 def test_a_missing_container_and_blob_read_as_on_the_sdk_path(
@@ -78,8 +80,9 @@ def test_a_missing_container_and_blob_read_as_on_the_sdk_path(
     monkeypatch.setenv("OVS_AZURE_CLIENT", "auto")
     with pytest.raises(StorageError, match="container 'no-such-container' does not exist"):
         list(azure.backend("no-such-container").list_objects("m/"))
-    with pytest.raises(StorageError, match=f"Cannot read az://{az_store.bucket}/m/none.json: "
-                                           "object not found"):
+    with pytest.raises(
+        StorageError, match=f"Cannot read az://{az_store.bucket}/m/none.json: object not found"
+    ):
         azure.backend(az_store.bucket).read("m/none.json")
 
 
@@ -104,9 +107,13 @@ def test_a_sas_in_the_connection_string_reads_the_container(
     from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
     files = az_store.put_version("m", 1, 2.0)
-    sas = generate_container_sas(AZURITE_ACCOUNT, az_store.bucket, AZURITE_KEY,
-                                 permission=ContainerSasPermissions(read=True, list=True),
-                                 expiry=datetime.now(UTC) + timedelta(hours=1))
+    sas = generate_container_sas(
+        AZURITE_ACCOUNT,
+        az_store.bucket,
+        AZURITE_KEY,
+        permission=ContainerSasPermissions(read=True, list=True),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
     endpoint = f"{az_store.emulator.endpoint}/{AZURITE_ACCOUNT}"
     monkeypatch.setenv(CONN, f"BlobEndpoint={endpoint};SharedAccessSignature={sas}")
     assert azure.backend(az_store.bucket)._account.sas == sas  # type: ignore[attr-defined]
@@ -118,26 +125,51 @@ def test_a_sas_in_the_connection_string_reads_the_container(
         open_repository(az_store.url("m"), cache_dir / "again").versions()
 
 
-@pytest.mark.parametrize(("conn", "url", "expected"), [
-    ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=a2V5;EndpointSuffix=core.chinacloudapi.cn",
-     None, azure_rest.Account("https://acct.blob.core.chinacloudapi.cn", "acct", "a2V5")),
-    ("AccountName=acct;AccountKey=a2V5", None,
-     azure_rest.Account("https://acct.blob.core.windows.net", "acct", "a2V5")),
-    ("BlobEndpoint=http://10.0.0.1:10000/acct/;SharedAccessSignature=?sv=1&sig=x", None,
-     azure_rest.Account("http://10.0.0.1:10000/acct", sas="sv=1&sig=x")),
-    ("UseDevelopmentStorage=true", None,
-     azure_rest.Account("http://127.0.0.1:10000/devstoreaccount1", "devstoreaccount1",
-                        azure_rest.DEV_KEY)),
-    ("BlobEndpoint=https://public.example.net", None,
-     azure_rest.Account("https://public.example.net")),
-    (None, "https://acct.blob.core.windows.net/?sv=1&sig=x",
-     azure_rest.Account("https://acct.blob.core.windows.net", sas="sv=1&sig=x")),
-    (None, "https://acct.blob.core.windows.net", None),  # a managed identity: the SDK
-    (None, None, None),
-], ids=["suffix", "name-and-key", "sas", "dev", "anonymous", "sas-url", "identity", "none"])
+@pytest.mark.parametrize(
+    ("conn", "url", "expected"),
+    [
+        (
+            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=a2V5;EndpointSuffix=core.chinacloudapi.cn",
+            None,
+            azure_rest.Account("https://acct.blob.core.chinacloudapi.cn", "acct", "a2V5"),
+        ),
+        (
+            "AccountName=acct;AccountKey=a2V5",
+            None,
+            azure_rest.Account("https://acct.blob.core.windows.net", "acct", "a2V5"),
+        ),
+        (
+            "BlobEndpoint=http://10.0.0.1:10000/acct/;SharedAccessSignature=?sv=1&sig=x",
+            None,
+            azure_rest.Account("http://10.0.0.1:10000/acct", sas="sv=1&sig=x"),
+        ),
+        (
+            "UseDevelopmentStorage=true",
+            None,
+            azure_rest.Account(
+                "http://127.0.0.1:10000/devstoreaccount1", "devstoreaccount1", azure_rest.DEV_KEY
+            ),
+        ),
+        (
+            "BlobEndpoint=https://public.example.net",
+            None,
+            azure_rest.Account("https://public.example.net"),
+        ),
+        (
+            None,
+            "https://acct.blob.core.windows.net/?sv=1&sig=x",
+            azure_rest.Account("https://acct.blob.core.windows.net", sas="sv=1&sig=x"),
+        ),
+        (None, "https://acct.blob.core.windows.net", None),  # a managed identity: the SDK
+        (None, None, None),
+    ],
+    ids=["suffix", "name-and-key", "sas", "dev", "anonymous", "sas-url", "identity", "none"],
+)
 def test_which_account_the_rest_client_takes(
-    monkeypatch: pytest.MonkeyPatch, conn: str | None, url: str | None,
-    expected: azure_rest.Account | None
+    monkeypatch: pytest.MonkeyPatch,
+    conn: str | None,
+    url: str | None,
+    expected: azure_rest.Account | None,
 ) -> None:
     for name in ("OVS_AZURE_CLIENT", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
@@ -156,12 +188,16 @@ def test_the_sdk_takes_proxies_and_the_explicit_choice(monkeypatch: pytest.Monke
     monkeypatch.setenv("OVS_AZURE_CLIENT", "rest")
     assert azure.choose(conn, None) is not None
     monkeypatch.setenv("NO_PROXY", "localhost")
-    with pytest.raises(StorageError, match=r"^OVS_AZURE_CLIENT=rest, but the REST client cannot "
-                                           r"serve this set-up: a proxy"):
+    with pytest.raises(
+        StorageError,
+        match=r"^OVS_AZURE_CLIENT=rest, but the REST client cannot "
+        r"serve this set-up: a proxy",
+    ):
         azure.choose(conn, None)
     monkeypatch.setenv("OVS_AZURE_CLIENT", "shared-key")
-    with pytest.raises(StorageError, match="OVS_AZURE_CLIENT must be auto, sdk or rest, not "
-                                           "'shared-key'"):
+    with pytest.raises(
+        StorageError, match="OVS_AZURE_CLIENT must be auto, sdk or rest, not 'shared-key'"
+    ):
         azure.choose(conn, None)
 
 
@@ -171,8 +207,11 @@ def test_a_malformed_connection_string_is_the_same_error_on_both_clients(
 ) -> None:
     monkeypatch.setenv(CONN, "AccountName=acct;AccountKey")
     monkeypatch.setenv("OVS_AZURE_CLIENT", client)
-    with pytest.raises(StorageError, match="^Invalid AZURE_STORAGE_CONNECTION_STRING: Connection "
-                                           "string is either blank or malformed."):
+    with pytest.raises(
+        StorageError,
+        match="^Invalid AZURE_STORAGE_CONNECTION_STRING: Connection "
+        "string is either blank or malformed.",
+    ):
         open_repository("az://c/m", cache_dir).versions()
 
 
@@ -186,8 +225,10 @@ def test_serving_from_a_connection_string_never_imports_the_sdk(az_store: Store)
 
 def test_a_name_azure_sends_percent_encoded_is_decoded() -> None:
     # Azure's form for a name XML 1.0 cannot hold (Azurite answers 500 for such names)
-    body = (b'<EnumerationResults><Blobs><Blob><Name Encoded="true">m/ctl%01x.bin</Name>'
-            b'<Properties><Content-Length>1</Content-Length><Etag>0x1</Etag></Properties>'
-            b'</Blob></Blobs></EnumerationResults>')
+    body = (
+        b'<EnumerationResults><Blobs><Blob><Name Encoded="true">m/ctl%01x.bin</Name>'
+        b"<Properties><Content-Length>1</Content-Length><Etag>0x1</Etag></Properties>"
+        b"</Blob></Blobs></EnumerationResults>"
+    )
     [blob] = http_client.parse_xml(body).iter("Blob")
     assert azure_rest._name(blob) == "m/ctl\x01x.bin"

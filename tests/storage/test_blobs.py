@@ -21,8 +21,12 @@ PREFIX = "repo/scaler"
 
 
 def _settings(store: Store, cache_dir: Path, lazy_load: bool = False) -> Settings:
-    return Settings(model_name="scaler", model_path=store.url(PREFIX), cache_dir=str(cache_dir),
-                    lazy_load=lazy_load)
+    return Settings(
+        model_name="scaler",
+        model_path=store.url(PREFIX),
+        cache_dir=str(cache_dir),
+        lazy_load=lazy_load,
+    )
 
 
 def _only_version(app: App) -> ModelVersion:
@@ -50,7 +54,8 @@ def big_weights(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_only_the_blob_with_this_hosts_key_is_downloaded_and_imported(
-        store: Store, tmp_path: Path) -> None:
+    store: Store, tmp_path: Path
+) -> None:
     put_scaler(store, PREFIX, 1)
     repository = open_repository(store.url(PREFIX), tmp_path / "probe")
     before = repository.versions()
@@ -69,8 +74,7 @@ def test_only_the_blob_with_this_hosts_key_is_downloaded_and_imported(
     assert predict(app, version=1) == (200, scaled(1))
 
 
-def test_a_broken_blob_in_the_bucket_falls_back_to_a_compile(
-        store: Store, tmp_path: Path) -> None:
+def test_a_broken_blob_in_the_bucket_falls_back_to_a_compile(store: Store, tmp_path: Path) -> None:
     put_scaler(store, PREFIX, 1)
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
     store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob", b"x" * 100)
@@ -80,12 +84,14 @@ def test_a_broken_blob_in_the_bucket_falls_back_to_a_compile(
 
 
 def test_a_blob_that_cannot_be_written_falls_back_to_a_compile(
-        store: Store, tmp_path: Path) -> None:
+    store: Store, tmp_path: Path
+) -> None:
     """A local write failure (here a folder where the blob goes) is not a failed load."""
     put_scaler(store, PREFIX, 1)
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
-    store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob",
-              _exported(first, tmp_path / "export"))
+    store.put(
+        f"{PREFIX}/1/{BLOB_FOLDER}/{first.blob_key}.blob", _exported(first, tmp_path / "export")
+    )
     app = start_app(_settings(store, tmp_path / "second", lazy_load=True))
     (_only_version(app).folder / BLOB_FOLDER / f"{first.blob_key}.blob").mkdir(parents=True)
     assert predict(app, version=1) == (200, scaled(1))
@@ -93,7 +99,8 @@ def test_a_blob_that_cannot_be_written_falls_back_to_a_compile(
 
 
 def test_a_blob_gone_from_the_bucket_by_the_load_falls_back_to_a_compile(
-        store: Store, tmp_path: Path) -> None:
+    store: Store, tmp_path: Path
+) -> None:
     """Listed when the version was fetched, deleted before the (lazy) load downloads it."""
     put_scaler(store, PREFIX, 1)
     first = _only_version(start_app(_settings(store, tmp_path / "first")))
@@ -106,7 +113,8 @@ def test_a_blob_gone_from_the_bucket_by_the_load_falls_back_to_a_compile(
 
 
 def test_with_a_matching_blob_the_weights_stay_in_the_bucket(
-        store: Store, tmp_path: Path, big_weights: None) -> None:
+    store: Store, tmp_path: Path, big_weights: None
+) -> None:
     """The key names the weights by their listed tags, so the instance that compiled them
     and one that never downloads them agree on the blob's name."""
     put_scaler(store, PREFIX, 1)
@@ -125,7 +133,8 @@ def test_with_a_matching_blob_the_weights_stay_in_the_bucket(
 
 
 def test_without_a_matching_blob_the_weights_are_downloaded_to_compile(
-        store: Store, tmp_path: Path, big_weights: None) -> None:
+    store: Store, tmp_path: Path, big_weights: None
+) -> None:
     put_scaler(store, PREFIX, 1)
     store.put(f"{PREFIX}/1/{BLOB_FOLDER}/{'0' * 32}.blob", b"another CPU's blob" * 1000)
     app = start_app(_settings(store, tmp_path / "cache"))
@@ -136,7 +145,8 @@ def test_without_a_matching_blob_the_weights_are_downloaded_to_compile(
 
 
 def test_a_cached_folder_left_without_weights_gets_them_once_the_blob_is_gone(
-        store: Store, tmp_path: Path, big_weights: None) -> None:
+    store: Store, tmp_path: Path, big_weights: None
+) -> None:
     """Another instance on the same cache volume served the folder from a blob; with the blob
     gone from the bucket and from the folder, this one downloads the weights and compiles."""
     put_scaler(store, PREFIX, 1)
@@ -156,7 +166,8 @@ def test_a_cached_folder_left_without_weights_gets_them_once_the_blob_is_gone(
 
 
 def test_weights_gone_from_the_bucket_before_a_compile_fail_the_load_clearly(
-        store: Store, tmp_path: Path, big_weights: None) -> None:
+    store: Store, tmp_path: Path, big_weights: None
+) -> None:
     """Listed at the fetch, deleted before the (lazy) load, with no blob for this host: the
     compile cannot download them; the version reports why and the server keeps answering."""
     put_scaler(store, PREFIX, 1)
@@ -169,7 +180,8 @@ def test_weights_gone_from_the_bucket_before_a_compile_fail_the_load_clearly(
 
 
 def test_a_blob_made_for_replaced_weights_is_not_used(
-        store: Store, tmp_path: Path, big_weights: None) -> None:
+    store: Store, tmp_path: Path, big_weights: None
+) -> None:
     """New weights of the same size under the same names: the old blob would answer with the
     old model; the weights' new tags give the version a new key, so it compiles them."""
     put_scaler(store, PREFIX, 1)
@@ -182,18 +194,32 @@ def test_a_blob_made_for_replaced_weights_is_not_used(
 
 
 def test_export_blobs_per_version_says_where_each_blob_goes_in_the_bucket(
-        store: Store, tmp_path: Path, big_weights: None,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    store: Store, tmp_path: Path, big_weights: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The documented way to fill a bucket with blobs: `ov-serverless export-blobs
     --per_version` from the bucket's model, then each file copied to the place printed beside
     it. A new instance then imports it and never downloads the weights."""
     from handlers import cli
 
     put_scaler(store, PREFIX, 1)
-    assert cli.main(["export-blobs", str(tmp_path / "out"), "--per_version",
-                     "--model_name", "scaler", "--model_path", store.url(PREFIX),
-                     "--cache_dir", str(tmp_path / "export-cache"),
-                     "--log_level", "WARNING"]) == 0
+    assert (
+        cli.main(
+            [
+                "export-blobs",
+                str(tmp_path / "out"),
+                "--per_version",
+                "--model_name",
+                "scaler",
+                "--model_path",
+                store.url(PREFIX),
+                "--cache_dir",
+                str(tmp_path / "export-cache"),
+                "--log_level",
+                "WARNING",
+            ]
+        )
+        == 0
+    )
     (line,) = capsys.readouterr().out.splitlines()
     local, destination = line.split(" -> ")
     assert Path(local).parent == tmp_path / "out" / "scaler" / "1" / BLOB_FOLDER

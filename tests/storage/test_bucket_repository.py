@@ -43,8 +43,7 @@ def test_fetch_downloads_exactly_the_version_files(store: Store, cache_dir: Path
     assert folder.parent == cache_dir / store.scheme / store.bucket / "model"
     assert folder.name == f"2-{repo.versions()[2]}"
     # no temp folder left; the lock file marks the folder as in use by this process
-    assert sorted(p.name for p in folder.parent.iterdir()) == [f".{folder.name}.lock",
-                                                               folder.name]
+    assert sorted(p.name for p in folder.parent.iterdir()) == [f".{folder.name}.lock", folder.name]
     np.testing.assert_allclose(infer(folder), np.full([1, 4], 3.0))
 
 
@@ -169,8 +168,7 @@ def test_concurrent_fetches_agree(store: Store, cache_dir: Path) -> None:
         folders = set(pool.map(lambda repo: repo.fetch(2).folder, repos))
     assert len(folders) == 1
     (folder,) = folders
-    assert sorted(p.name for p in folder.parent.iterdir()) == [f".{folder.name}.lock",
-                                                               folder.name]
+    assert sorted(p.name for p in folder.parent.iterdir()) == [f".{folder.name}.lock", folder.name]
     np.testing.assert_allclose(infer(folder), np.full([1, 4], 3.0))
 
 
@@ -181,4 +179,3 @@ def test_repository_at_the_bucket_root_and_deep_prefixes(store: Store, cache_dir
     assert sorted(open_repository(store.url(), cache_dir).versions()) == [1]
     deep = open_repository(store.url("a/b/c"), cache_dir)
     assert deep.fetch(3).folder.parent == cache_dir / store.scheme / store.bucket / "a" / "b" / "c"
-

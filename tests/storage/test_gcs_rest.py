@@ -69,14 +69,23 @@ class Metadata(Front):
         if path.startswith("instance/service-accounts/") and path.endswith("/token"):
             self.issued += 1
             self.valid.add(f"tok-{self.issued}")
-            body: Any = {"access_token": f"tok-{self.issued}", "expires_in": self.expires_in,
-                         "token_type": "Bearer"}
+            body: Any = {
+                "access_token": f"tok-{self.issued}",
+                "expires_in": self.expires_in,
+                "token_type": "Bearer",
+            }
         elif path.startswith("instance/service-accounts/") and path.endswith("/"):
-            body = {"aliases": ["default"], "email": "run@ovs-test.iam.gserviceaccount.com",
-                    "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}
+            body = {
+                "aliases": ["default"],
+                "email": "run@ovs-test.iam.gserviceaccount.com",
+                "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+            }
         elif path in ("project/project-id", "universe/universe-domain"):
-            return 200, {**FLAVOR, "Content-Type": "text/plain"}, (
-                b"ovs-test" if path.startswith("project") else b"googleapis.com")
+            return (
+                200,
+                {**FLAVOR, "Content-Type": "text/plain"},
+                (b"ovs-test" if path.startswith("project") else b"googleapis.com"),
+            )
         elif path in ("", "/"):
             return 200, FLAVOR, b""
         else:
@@ -101,8 +110,13 @@ class BearerFront(Front):
         auth = request.headers.get("Authorization", "")
         self.seen.append((auth, request.path))
         if auth.removeprefix("Bearer ") not in self.metadata.valid:
-            error = {"error": {"code": 401, "message": "Invalid Credentials",
-                               "errors": [{"reason": "authError"}]}}
+            error = {
+                "error": {
+                    "code": 401,
+                    "message": "Invalid Credentials",
+                    "errors": [{"reason": "authError"}],
+                }
+            }
             return 401, {"Content-Type": "application/json"}, json.dumps(error).encode()
         dropped = ("authorization", "range") if self.whole else ("authorization",)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in dropped}
@@ -116,23 +130,27 @@ class BearerFront(Front):
             return status, kept, body
         listing = json.loads(body)
         items = listing.get("items", [])
-        page = {**listing, "items": items[start:start + size]}
+        page = {**listing, "items": items[start : start + size]}
         if start + size < len(items):
             page["nextPageToken"] = str(start + size)
         return status, {"Content-Type": "application/json"}, json.dumps(page).encode()
 
 
 @pytest.fixture
-def cloud_run(gs_store: Store, monkeypatch: pytest.MonkeyPatch
-              ) -> Iterator[tuple[Metadata, BearerFront]]:
+def cloud_run(
+    gs_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Metadata, BearerFront]]:
     """gs_store as Cloud Run reaches Cloud Storage: no emulator variable, the service
     account's token from the metadata server, checked at the front door."""
     metadata = Metadata()
     front = BearerFront(gs_store.emulator.port, metadata)
     monkeypatch.delenv("STORAGE_EMULATOR_HOST")
-    for name, value in {"K_SERVICE": "ovs", "GCE_METADATA_HOST": metadata.host,
-                        "GCE_METADATA_IP": metadata.host,
-                        "API_ENDPOINT_OVERRIDE": f"http://{front.host}"}.items():
+    for name, value in {
+        "K_SERVICE": "ovs",
+        "GCE_METADATA_HOST": metadata.host,
+        "GCE_METADATA_IP": metadata.host,
+        "API_ENDPOINT_OVERRIDE": f"http://{front.host}",
+    }.items():
         monkeypatch.setenv(name, value)
     try:
         yield metadata, front
@@ -151,7 +169,8 @@ def test_odd_names_read_and_list_as_on_the_sdk(
     rest = gcs.backend(gs_store.bucket)
     assert isinstance(rest, gcs_rest.GcsRestBackend)
     assert list(rest.list_objects("m/")) == list(
-        _sdk_backend(gs_store, monkeypatch).list_objects("m/"))  # generation tags too
+        _sdk_backend(gs_store, monkeypatch).list_objects("m/")
+    )  # generation tags too
     expected = {**files, **{name: name.encode() for name in ODD_NAMES}}
     assert read_version_1(gs_store, cache_dir) == expected
 
@@ -192,10 +211,14 @@ def test_a_range_answered_with_the_whole_object_fails_and_writes_no_file(
     gs_store.put("m/1/model.bin", b"\x01" * (http_client.RANGED_MIN_BYTES + 1))
     gs_store.put("m/1/model.xml", b"<net/>")
     cloud_run[1].whole = True
-    with pytest.raises(StorageError, match=(
+    with pytest.raises(
+        StorageError,
+        match=(
             r"Cannot download gs://.*/m/1/model\.bin: bytes \d+-\d+ were answered 200 with "
             r"the whole object, as Cloud Storage answers for one stored with Content-Encoding: "
-            r"gzip; store model files without it")):
+            r"gzip; store model files without it"
+        ),
+    ):
         open_repository(gs_store.url("m"), cache_dir).fetch(1)
     assert not list(cache_dir.rglob("model.bin"))
 
@@ -214,8 +237,9 @@ def test_cloud_run_reads_with_the_metadata_token_and_imports_no_sdk(
 
     front.seen.clear()  # the SDK reads through the same doors: they are as google-auth expects
     modules_of_a_fetch(gs_store.url("m"), {**env, "OVS_GCS_CLIENT": "sdk"})
-    assert front.seen and all(auth.startswith("Bearer tok-") and auth != "Bearer tok-1"
-                              for auth, _ in front.seen)
+    assert front.seen and all(
+        auth.startswith("Bearer tok-") and auth != "Bearer tok-1" for auth, _ in front.seen
+    )
 
 
 def test_one_token_serves_every_model_until_it_nears_expiry(
@@ -246,13 +270,22 @@ def test_a_revoked_token_is_renewed_once_and_a_refused_one_is_access_denied(
     assert backend.read("k") == b"model"
     assert [auth for auth, _ in front.seen[-2:]] == ["Bearer tok-1", "Bearer tok-2"]
 
-    monkeypatch.setattr(BearerFront, "answer", lambda self, request: (
-        401, {}, b'{"error": {"code": 401, "message": "Invalid Credentials"}}'))
+    monkeypatch.setattr(
+        BearerFront,
+        "answer",
+        lambda self, request: (
+            401,
+            {},
+            b'{"error": {"code": 401, "message": "Invalid Credentials"}}',
+        ),
+    )
     with pytest.raises(StorageError) as info:
         backend.read("k")
-    assert str(info.value) == (f"Cannot read gs://{gs_store.bucket}/k: access denied: GET "
-                               f"http://{front.host}/download/storage/v1/b/{gs_store.bucket}"
-                               f"/o/k?<redacted>: Invalid Credentials")  # query strings
+    assert str(info.value) == (
+        f"Cannot read gs://{gs_store.bucket}/k: access denied: GET "
+        f"http://{front.host}/download/storage/v1/b/{gs_store.bucket}"
+        f"/o/k?<redacted>: Invalid Credentials"
+    )  # query strings
     # never leave an error: a signed URL's carries its signature
 
 
@@ -263,8 +296,11 @@ def test_an_unreachable_metadata_server_is_a_credentials_error(
     monkeypatch.setenv("K_SERVICE", "ovs")
     monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{free_port()}")
     monkeypatch.setattr(http_client, "backoff", lambda attempt: None)
-    with pytest.raises(StorageError, match=r"Cannot list gs://.*/m/: credentials: the metadata "
-                                           r"server http://127\.0\.0\.1:\d+ cannot be reached"):
+    with pytest.raises(
+        StorageError,
+        match=r"Cannot list gs://.*/m/: credentials: the metadata "
+        r"server http://127\.0\.0\.1:\d+ cannot be reached",
+    ):
         open_repository(gs_store.url("m"), cache_dir).versions()
 
 
@@ -283,40 +319,74 @@ def test_a_missing_bucket_and_object_read_as_on_the_sdk_path(
     missing = f"gone-{gs_store.bucket}"
     rest_texts = texts(gcs.backend(gs_store.bucket), gcs.backend(missing))
     assert rest_texts == texts(sdk, gcs_sdk.GcsBackend(missing))
-    assert rest_texts == ["Cannot list gs://gone-B/m/: bucket 'gone-B' does not exist",
-                          "Cannot read gs://B/m/x: object not found"]
+    assert rest_texts == [
+        "Cannot list gs://gone-B/m/: bucket 'gone-B' does not exist",
+        "Cannot read gs://B/m/x: object not found",
+    ]
 
 
-@pytest.mark.parametrize(("env", "chosen"), [
-    ({"STORAGE_EMULATOR_HOST": "127.0.0.1:9023"}, gcs_rest.Where("http://127.0.0.1:9023")),
-    ({"K_SERVICE": "svc"}, gcs_rest.Where(gcs_rest.API, gcs_rest.METADATA_HOST)),
-    ({"CLOUD_RUN_JOB": "job", "API_ENDPOINT_OVERRIDE": "https://gcs.example/"},
-     gcs_rest.Where("https://gcs.example", gcs_rest.METADATA_HOST)),
-    ({"FUNCTION_TARGET": "predict", "GCE_METADATA_HOST": "10.0.0.1:8080"},
-     gcs_rest.Where(gcs_rest.API, "10.0.0.1:8080")),
-    ({"K_SERVICE": "svc", "GOOGLE_APPLICATION_CREDENTIALS": "/key.json"}, None),
-    ({"K_SERVICE": "svc", "GCE_METADATA_MTLS_MODE": "strict"}, None),
-    ({"K_SERVICE": "svc", "NO_GCE_CHECK": "true"}, None),
-    ({"K_SERVICE": "svc", "GOOGLE_API_USE_CLIENT_CERTIFICATE": "true"}, None),
-    ({"K_SERVICE": "svc", "CLOUDSDK_CONTEXT_AWARE_USE_CLIENT_CERTIFICATE": "True"}, None),
-    ({"K_SERVICE": "svc", "GOOGLE_API_CERTIFICATE_CONFIG": "/certs/config.json"}, None),
-    ({"K_SERVICE": "svc", "GOOGLE_API_USE_CLIENT_CERTIFICATE": "false",
-      "GOOGLE_API_CERTIFICATE_CONFIG": "/certs/config.json"},
-     gcs_rest.Where(gcs_rest.API, gcs_rest.METADATA_HOST)),
-    ({"K_SERVICE": "svc", "GOOGLE_CLOUD_UNIVERSE_DOMAIN": "example.goog"}, None),
-    ({"K_SERVICE": "svc", "HTTPS_PROXY": "http://proxy:3128"}, None),
-    ({"K_SERVICE": "svc", "OVS_GCS_CLIENT": "sdk"}, None),
-    ({"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023", "OVS_GCS_CLIENT": "sdk"}, None),
-    ({"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023", "OVS_GCS_CLIENT": "rest"},
-     gcs_rest.Where("http://127.0.0.1:9023")),
-    ({}, None),  # elsewhere, the SDK finds ADC or falls back to anonymous access
-], ids=["emulator", "cloud-run", "job-override", "function-metadata-host", "key-file",
-        "metadata-mtls", "no-gce-check", "client-cert", "gcloud-client-cert", "cert-config",
-        "client-cert-off", "universe", "proxy", "sdk", "emulator-sdk", "emulator-rest",
-        "elsewhere"])
+@pytest.mark.parametrize(
+    ("env", "chosen"),
+    [
+        ({"STORAGE_EMULATOR_HOST": "127.0.0.1:9023"}, gcs_rest.Where("http://127.0.0.1:9023")),
+        ({"K_SERVICE": "svc"}, gcs_rest.Where(gcs_rest.API, gcs_rest.METADATA_HOST)),
+        (
+            {"CLOUD_RUN_JOB": "job", "API_ENDPOINT_OVERRIDE": "https://gcs.example/"},
+            gcs_rest.Where("https://gcs.example", gcs_rest.METADATA_HOST),
+        ),
+        (
+            {"FUNCTION_TARGET": "predict", "GCE_METADATA_HOST": "10.0.0.1:8080"},
+            gcs_rest.Where(gcs_rest.API, "10.0.0.1:8080"),
+        ),
+        ({"K_SERVICE": "svc", "GOOGLE_APPLICATION_CREDENTIALS": "/key.json"}, None),
+        ({"K_SERVICE": "svc", "GCE_METADATA_MTLS_MODE": "strict"}, None),
+        ({"K_SERVICE": "svc", "NO_GCE_CHECK": "true"}, None),
+        ({"K_SERVICE": "svc", "GOOGLE_API_USE_CLIENT_CERTIFICATE": "true"}, None),
+        ({"K_SERVICE": "svc", "CLOUDSDK_CONTEXT_AWARE_USE_CLIENT_CERTIFICATE": "True"}, None),
+        ({"K_SERVICE": "svc", "GOOGLE_API_CERTIFICATE_CONFIG": "/certs/config.json"}, None),
+        (
+            {
+                "K_SERVICE": "svc",
+                "GOOGLE_API_USE_CLIENT_CERTIFICATE": "false",
+                "GOOGLE_API_CERTIFICATE_CONFIG": "/certs/config.json",
+            },
+            gcs_rest.Where(gcs_rest.API, gcs_rest.METADATA_HOST),
+        ),
+        ({"K_SERVICE": "svc", "GOOGLE_CLOUD_UNIVERSE_DOMAIN": "example.goog"}, None),
+        ({"K_SERVICE": "svc", "HTTPS_PROXY": "http://proxy:3128"}, None),
+        ({"K_SERVICE": "svc", "OVS_GCS_CLIENT": "sdk"}, None),
+        ({"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023", "OVS_GCS_CLIENT": "sdk"}, None),
+        (
+            {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023", "OVS_GCS_CLIENT": "rest"},
+            gcs_rest.Where("http://127.0.0.1:9023"),
+        ),
+        ({}, None),  # elsewhere, the SDK finds ADC or falls back to anonymous access
+    ],
+    ids=[
+        "emulator",
+        "cloud-run",
+        "job-override",
+        "function-metadata-host",
+        "key-file",
+        "metadata-mtls",
+        "no-gce-check",
+        "client-cert",
+        "gcloud-client-cert",
+        "cert-config",
+        "client-cert-off",
+        "universe",
+        "proxy",
+        "sdk",
+        "emulator-sdk",
+        "emulator-rest",
+        "elsewhere",
+    ],
+)
 def test_which_client_reads_the_bucket(
-    env: dict[str, str], chosen: gcs_rest.Where | None, monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path
+    env: dict[str, str],
+    chosen: gcs_rest.Where | None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     _no_google_settings(monkeypatch, tmp_path)
     for name, value in env.items():
@@ -330,29 +400,43 @@ def test_files_of_gcloud_and_gke_and_an_unknown_setting_are_not_the_rest_clients
     _no_google_settings(monkeypatch, tmp_path)
     monkeypatch.setenv("K_SERVICE", "svc")
     assert gcs.choose() is not None
-    for found in ("application_default_credentials.json", "certificate_config.json",
-                  "bundle.pem"):  # ADC, a workload certificate config, GKE's certificates
+    for found in (
+        "application_default_credentials.json",
+        "certificate_config.json",
+        "bundle.pem",
+    ):  # ADC, a workload certificate config, GKE's certificates
         (tmp_path / found).write_text("{}")
         assert gcs.choose() is None, found
         (tmp_path / found).unlink()
     monkeypatch.setenv("OVS_GCS_CLIENT", "rest")
     assert gcs.choose() is not None
     (tmp_path / "application_default_credentials.json").write_text("{}")
-    with pytest.raises(StorageError, match=r"^OVS_GCS_CLIENT=rest, but the REST client cannot "
-                                           r"serve this set-up: a key file"):
+    with pytest.raises(
+        StorageError,
+        match=r"^OVS_GCS_CLIENT=rest, but the REST client cannot "
+        r"serve this set-up: a key file",
+    ):
         gcs.choose()
     monkeypatch.setenv("OVS_GCS_CLIENT", "boto3")
-    with pytest.raises(StorageError, match="OVS_GCS_CLIENT must be auto, sdk or rest, not "
-                                           "'boto3'"):
+    with pytest.raises(StorageError, match="OVS_GCS_CLIENT must be auto, sdk or rest, not 'boto3'"):
         gcs.choose()
 
 
 def _no_google_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No variable choose() reads, an empty gcloud config in tmp_path, and GKE's certificate
     bundle looked for at tmp_path/bundle.pem."""
-    for name in (*_FOREIGN_ENV, "GCE_METADATA_ROOT", "GCE_METADATA_MTLS_MODE", "NO_PROXY",
-                 "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy",
-                 "GOOGLE_CLOUD_UNIVERSE_DOMAIN"):
+    for name in (
+        *_FOREIGN_ENV,
+        "GCE_METADATA_ROOT",
+        "GCE_METADATA_MTLS_MODE",
+        "NO_PROXY",
+        "no_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "GOOGLE_CLOUD_UNIVERSE_DOMAIN",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
     monkeypatch.setattr(gcs_rest, "GKE_CERT_BUNDLE", str(tmp_path / "bundle.pem"))

@@ -42,7 +42,7 @@ class CorruptingFront(Front):
         if status < 300 and body and self.is_object(request.path):
             self.corrupted += 1
             middle = len(body) // 2
-            body = body[:middle] + bytes([body[middle] ^ 0x01]) + body[middle + 1:]
+            body = body[:middle] + bytes([body[middle] ^ 0x01]) + body[middle + 1 :]
         return status, headers, body
 
 
@@ -53,21 +53,29 @@ def _through(front: Front, store: Store, monkeypatch: pytest.MonkeyPatch) -> str
     if store.scheme == "gs":
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://{front.host}")
         return store.url("m")
-    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", store.emulator.env[
-        "AZURE_STORAGE_CONNECTION_STRING"].replace(
-        f"BlobEndpoint={store.emulator.endpoint}/", f"BlobEndpoint=http://{front.host}/"))
+    monkeypatch.setenv(
+        "AZURE_STORAGE_CONNECTION_STRING",
+        store.emulator.env["AZURE_STORAGE_CONNECTION_STRING"].replace(
+            f"BlobEndpoint={store.emulator.endpoint}/", f"BlobEndpoint=http://{front.host}/"
+        ),
+    )
     return store.url("m")
 
 
 BIG = http_client.RANGED_MIN_BYTES + http_client.PART_BYTES + 5
-CASES = [*((scheme, 64 << 10) for scheme in REST),
-         ("gs", BIG)]  # a big file in ranges: only a CRC is checked (Cloud Storage's CRC32C)
+CASES = [
+    *((scheme, 64 << 10) for scheme in REST),
+    ("gs", BIG),
+]  # a big file in ranges: only a CRC is checked (Cloud Storage's CRC32C)
 
 
 @pytest.mark.parametrize(("scheme", "size"), CASES, ids=[f"{s}-{n}" for s, n in CASES])
 def test_bytes_changed_on_the_way_fail_the_download_and_leave_no_file(
-    scheme: str, size: int, emulators: dict[str, Emulator],
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    scheme: str,
+    size: int,
+    emulators: dict[str, Emulator],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     store = use_store_env(monkeypatch, emulators[scheme], scheme)
     data = os.urandom(size)
@@ -76,9 +84,12 @@ def test_bytes_changed_on_the_way_fail_the_download_and_leave_no_file(
     front = CorruptingFront(store.emulator.port, scheme)
     try:
         url = _through(front, store, monkeypatch)
-        with pytest.raises(StorageError, match=r"Cannot download \w+://.*/m/1/model\.bin: the "
-                                               r"downloaded bytes do not match the object's "
-                                               r"(MD5|CRC32C?|SHA256) \(.+\): got .*, expected"):
+        with pytest.raises(
+            StorageError,
+            match=r"Cannot download \w+://.*/m/1/model\.bin: the "
+            r"downloaded bytes do not match the object's "
+            r"(MD5|CRC32C?|SHA256) \(.+\): got .*, expected",
+        ):
             open_repository(url, tmp_path / "cache").fetch(1)
     finally:
         front.close()
@@ -104,8 +115,11 @@ class ListingFront(Front):
         status, headers, body = forward(self.port, request.path, dict(request.headers))
         if self.plain and "list-type=" in request.path and status == 200:
             text = body.decode().replace("<EncodingType>url</EncodingType>", "")
-            text = re.sub(r"<Key>(.*?)</Key>",
-                          lambda m: f"<Key>{escape(unquote_plus(m.group(1)))}</Key>", text)
+            text = re.sub(
+                r"<Key>(.*?)</Key>",
+                lambda m: f"<Key>{escape(unquote_plus(m.group(1)))}</Key>",
+                text,
+            )
             body = text.encode()
         return status, headers, body
 

@@ -25,9 +25,7 @@ from tests.storage.serving import predict, put_scaler, scaled, start_app, states
 NUL_NAME = "weights\0.bin"  # Azurite cannot list such a name: checked on S3 and GCS
 
 
-def test_stray_names_in_a_bucket_fail_only_their_version(
-    store: Store, tmp_path: Path
-) -> None:
+def test_stray_names_in_a_bucket_fail_only_their_version(store: Store, tmp_path: Path) -> None:
     put_scaler(store, "good", 1)
     put_scaler(store, "odd", 1)
     put_scaler(store, "odd", 2)
@@ -36,11 +34,22 @@ def test_stray_names_in_a_bucket_fail_only_their_version(
     if store.scheme != "az":
         store.put(f"odd/2/{NUL_NAME}", b"x")
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_config_list": [
-        {"config": {"name": "good", "base_path": store.url("good")}},
-        {"config": {"name": "odd", "base_path": store.url("odd"),
-                    "model_version_policy": {"all": {}}}},
-    ]}))
+    config.write_text(
+        json.dumps(
+            {
+                "model_config_list": [
+                    {"config": {"name": "good", "base_path": store.url("good")}},
+                    {
+                        "config": {
+                            "name": "odd",
+                            "base_path": store.url("odd"),
+                            "model_version_policy": {"all": {}},
+                        }
+                    },
+                ]
+            }
+        )
+    )
     app = start_app(Settings(config_path=str(config), cache_dir=str(tmp_path / "cache")))
 
     assert predict(app, "good") == (200, scaled(1))
@@ -58,14 +67,20 @@ def test_stray_names_on_local_disk_fail_nothing(tmp_path: Path) -> None:
     models.save(models.scaler(3.0), tmp_path / "m" / "²")
     (tmp_path / "m" / "01").mkdir()
     (tmp_path / "m" / "99999999999999999999999").mkdir()  # past gRPC's int64 version
-    app = start_app(Settings(model_name="scaler", model_path=str(tmp_path / "m"),
-                             model_options={"model_version_policy": {"all": {}}},
-                             cache_dir=str(tmp_path / "cache")))
+    app = start_app(
+        Settings(
+            model_name="scaler",
+            model_path=str(tmp_path / "m"),
+            model_options={"model_version_policy": {"all": {}}},
+            cache_dir=str(tmp_path / "cache"),
+        )
+    )
     assert sorted(states(app)) == [1]
     assert predict(app) == (200, scaled(1))
 
 
 # --- boto3 glue -------------------------------------------------------------------------------
+
 
 class DroppingFront(Front):
     """Forwards to moto, but every GET of an object ends after half its body (the connection
@@ -106,8 +121,11 @@ def test_a_download_that_keeps_dropping_is_a_storage_error_on_boto3(
     try:
         put_scaler(boto3_store, "m", 1)
         url = f"s3://{front.host}/{boto3_store.bucket}/m"
-        with pytest.raises(StorageError, match=r"Cannot download s3://.*/m/1/model\.\w+: "
-                                               r"cannot reach the S3 endpoint"):
+        with pytest.raises(
+            StorageError,
+            match=r"Cannot download s3://.*/m/1/model\.\w+: "
+            r"cannot reach the S3 endpoint",
+        ):
             open_repository(url, tmp_path / "direct").fetch(1)
         app = start_app(Settings(model_name="m", model_path=url, cache_dir=str(tmp_path)))
         state, message = states(app, "m")[1]
@@ -133,14 +151,24 @@ def test_a_redirect_loop_is_a_storage_error_on_boto3(
     loop = RedirectLoop()
     try:
         url = f"s3://{loop.host}/bucket/m"
-        with pytest.raises(StorageError, match=r"Cannot list s3://bucket/m/: the S3 endpoint "
-                                               r"answers with a redirect loop"):
+        with pytest.raises(
+            StorageError,
+            match=r"Cannot list s3://bucket/m/: the S3 endpoint "
+            r"answers with a redirect loop",
+        ):
             open_repository(url, tmp_path).versions()
         models.save(models.scaler(2.0), tmp_path / "local" / "1")
         config = tmp_path / "config.json"
-        config.write_text(json.dumps({"model_config_list": [
-            {"config": {"name": "loop", "base_path": url}},
-            {"config": {"name": "local", "base_path": str(tmp_path / "local")}}]}))
+        config.write_text(
+            json.dumps(
+                {
+                    "model_config_list": [
+                        {"config": {"name": "loop", "base_path": url}},
+                        {"config": {"name": "local", "base_path": str(tmp_path / "local")}},
+                    ]
+                }
+            )
+        )
         app = start_app(Settings(config_path=str(config), cache_dir=str(tmp_path / "cache")))
         assert predict(app, "local") == (200, scaled(2))
         assert "redirect loop" in predict(app, "loop")[1]
@@ -176,8 +204,13 @@ def test_a_full_cache_disk_is_reported_at_once(store: Store, tmp_path: Path, siz
     store.put("m/1/model.bin", b"\1" * size)
     out = subprocess.run(
         [sys.executable, "-c", _FILL, store.url("m"), str(tmp_path / "cache"), str(2 << 20)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"},
-        capture_output=True, text=True, timeout=120, check=True)
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["type"] == "StorageError", result
     assert "no space left in the cache dir" in result["error"], result
@@ -199,7 +232,8 @@ def test_a_full_disk_is_never_retried_as_a_network_error(
 
     monkeypatch.setattr(http_client, "backoff", lambda attempt: pytest.fail("retried"))
     with pytest.raises(OSError) as info:
-        http_client.retrying(once, lambda exc: StorageError("no"),
-                             "Cannot download x: cannot reach")
+        http_client.retrying(
+            once, lambda exc: StorageError("no"), "Cannot download x: cannot reach"
+        )
     assert info.value.errno == code and calls == [1]
     assert "no space left in the cache dir" in folders.no_space("s3://b/m", 5_000_000).message

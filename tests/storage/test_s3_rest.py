@@ -47,8 +47,9 @@ def _boto3(**client: Any) -> Any:
 
 def _auth_after(store: Store, requests: int) -> None:
     url = f"{store.emulator.endpoint}/moto-api/reset-auth"
-    request = urllib.request.Request(url, data=str(requests).encode(), method="POST",
-                                     headers={"Content-Type": "text/plain"})
+    request = urllib.request.Request(
+        url, data=str(requests).encode(), method="POST", headers={"Content-Type": "text/plain"}
+    )
     urllib.request.urlopen(request, timeout=10).read()
 
 
@@ -57,21 +58,29 @@ def _reader_keys(store: Store) -> dict[str, str]:
     both allowed to read S3."""
     endpoint = store.emulator.endpoint
     iam = _boto3(service_name="iam", endpoint_url=endpoint)
-    allow = {"Version": "2012-10-17",
-             "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    allow = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+    }
     name = f"reader-{store.bucket}"
     iam.create_user(UserName=name)
     iam.put_user_policy(UserName=name, PolicyName="s3", PolicyDocument=json.dumps(allow))
     key = iam.create_access_key(UserName=name)["AccessKey"]
-    trust = {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]}
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}],
+    }
     role = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]
     iam.put_role_policy(RoleName=name, PolicyName="s3", PolicyDocument=json.dumps(allow))
     sts = _boto3(service_name="sts", endpoint_url=endpoint)
     temp = sts.assume_role(RoleArn=role["Arn"], RoleSessionName="lambda")["Credentials"]
-    return {"user_key": key["AccessKeyId"], "user_secret": key["SecretAccessKey"],
-            "role_key": temp["AccessKeyId"], "role_secret": temp["SecretAccessKey"],
-            "role_token": temp["SessionToken"]}
+    return {
+        "user_key": key["AccessKeyId"],
+        "user_secret": key["SecretAccessKey"],
+        "role_key": temp["AccessKeyId"],
+        "role_secret": temp["SecretAccessKey"],
+        "role_token": temp["SessionToken"],
+    }
 
 
 def test_signed_requests_pass_moto_checks_for_user_and_role_keys(
@@ -112,8 +121,10 @@ def test_a_wrong_secret_is_the_same_access_denied_on_both_clients(
             open_repository(s3_store.url("m"), cache_dir).versions()
     finally:
         _auth_after(s3_store, 10**9)
-    assert str(err.value).startswith(f"Cannot list s3://{s3_store.bucket}/m/: access denied "
-                                     "(SignatureDoesNotMatch): The request signature")
+    assert str(err.value).startswith(
+        f"Cannot list s3://{s3_store.bucket}/m/: access denied "
+        "(SignatureDoesNotMatch): The request signature"
+    )
 
 
 def test_listing_pages_and_odd_keys_match_boto3(
@@ -143,8 +154,11 @@ def test_big_file_downloads_in_ranges_and_a_replaced_one_fails(
     assert (tmp_path / "big.bin").read_bytes() == data
 
     s3_store.put("m/1/big.bin", data[::-1])  # a new ETag: the listed one no longer matches
-    with pytest.raises(StorageError, match=r"Cannot download s3://.*/m/1/big.bin: "
-                                           r"PreconditionFailed"):
+    with pytest.raises(
+        StorageError,
+        match=r"Cannot download s3://.*/m/1/big.bin: "
+        r"PreconditionFailed",
+    ):
         rest.download(obj, tmp_path / "again.bin")
 
 
@@ -156,17 +170,20 @@ def test_missing_key_and_bucket_read_as_on_boto3(s3_store: Store) -> None:
         s3.backend("no-such-bucket-here", None).read("x")
 
 
-@pytest.mark.parametrize(("env", "rest"), [
-    ({}, True),
-    ({"OVS_S3_CLIENT": "boto3"}, False),
-    ({"OVS_S3_CLIENT": "sdk"}, False),
-    ({"OVS_S3_CLIENT": "rest"}, True),
-    ({"AWS_PROFILE": "dev"}, False),
-    ({"AWS_USE_FIPS_ENDPOINT": "true"}, False),
-    ({"HTTPS_PROXY": "http://proxy:3128"}, False),
-    ({"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "example.org,127.0.0.1"}, True),
-    ({"AWS_SECRET_ACCESS_KEY": ""}, False),
-])
+@pytest.mark.parametrize(
+    ("env", "rest"),
+    [
+        ({}, True),
+        ({"OVS_S3_CLIENT": "boto3"}, False),
+        ({"OVS_S3_CLIENT": "sdk"}, False),
+        ({"OVS_S3_CLIENT": "rest"}, True),
+        ({"AWS_PROFILE": "dev"}, False),
+        ({"AWS_USE_FIPS_ENDPOINT": "true"}, False),
+        ({"HTTPS_PROXY": "http://proxy:3128"}, False),
+        ({"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "example.org,127.0.0.1"}, True),
+        ({"AWS_SECRET_ACCESS_KEY": ""}, False),
+    ],
+)
 def test_which_client_reads_the_bucket(
     s3_store: Store, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], rest: bool
 ) -> None:
@@ -180,27 +197,38 @@ def test_which_client_reads_the_bucket(
 
 def test_an_unknown_client_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OVS_S3_CLIENT", "boto")
-    with pytest.raises(StorageError, match=r"OVS_S3_CLIENT must be auto, sdk or rest "
-                                           r"\(boto3 is sdk\), not 'boto'"):
+    with pytest.raises(
+        StorageError,
+        match=r"OVS_S3_CLIENT must be auto, sdk or rest "
+        r"\(boto3 is sdk\), not 'boto'",
+    ):
         s3.backend("bucket", "http://127.0.0.1:9")
 
 
 def test_aws_addressing() -> None:
     assert s3_rest.target("models", None, "eu-west-1") == s3_rest.Target(
-        "https://models.s3.eu-west-1.amazonaws.com", "")
+        "https://models.s3.eu-west-1.amazonaws.com", ""
+    )
     assert s3_rest.target("my.models", None, "cn-north-1") == s3_rest.Target(
-        "https://s3.cn-north-1.amazonaws.com.cn", "/my.models")
+        "https://s3.cn-north-1.amazonaws.com.cn", "/my.models"
+    )
     assert s3_rest.target("Old_Bucket", None, "us-east-1") == s3_rest.Target(
-        "https://s3.us-east-1.amazonaws.com", "/Old_Bucket")
+        "https://s3.us-east-1.amazonaws.com", "/Old_Bucket"
+    )
     assert s3_rest.target("m", "http://127.0.0.1:9000/s3/", "us-east-1") == s3_rest.Target(
-        "http://127.0.0.1:9000", "/s3/m")
+        "http://127.0.0.1:9000", "/s3/m"
+    )
 
 
-REDIRECT = ("<Error><Code>PermanentRedirect</Code><Message>The bucket you are attempting to "
-            "access must be addressed using the specified endpoint.</Message></Error>")
-MALFORMED = ("<Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization header "
-             "is malformed; the region '{got}' is wrong; expecting '{want}'</Message>"
-             "<Region>{want}</Region></Error>")
+REDIRECT = (
+    "<Error><Code>PermanentRedirect</Code><Message>The bucket you are attempting to "
+    "access must be addressed using the specified endpoint.</Message></Error>"
+)
+MALFORMED = (
+    "<Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization header "
+    "is malformed; the region '{got}' is wrong; expecting '{want}'</Message>"
+    "<Region>{want}</Region></Error>"
+)
 
 
 class KeepAliveFront(Front):
@@ -223,8 +251,11 @@ class KeepAliveFront(Front):
         self.sockets.add(request.connection)
         signed_for = request.headers.get("Authorization", "").split("/")[2]
         if not self.region or signed_for == self.region:
-            headers = {name: value for name, value in request.headers.items()
-                       if not (self.whole and name.lower() == "range")}
+            headers = {
+                name: value
+                for name, value in request.headers.items()
+                if not (self.whole and name.lower() == "range")
+            }
             return forward(self.port, request.path, headers)
         self.refused += 1
         if self.redirect:
@@ -288,10 +319,14 @@ def test_a_range_answered_with_the_whole_object_fails_and_writes_no_file(
         s3_store.put("m/1/model.bin", b"\x01" * (http_client.RANGED_MIN_BYTES + 1))
         s3_store.put("m/1/model.xml", b"<net/>")
         repo = open_repository(f"s3://{front.url.split('//')[1]}/{s3_store.bucket}/m", cache_dir)
-        with pytest.raises(StorageError, match=(
+        with pytest.raises(
+            StorageError,
+            match=(
                 r"Cannot download s3://.*/m/1/model\.bin.*: bytes \d+-\d+ were answered 200 "
                 r"with the whole object; the endpoint, or a proxy before it, ignored the Range "
-                r"header$")):
+                r"header$"
+            ),
+        ):
             repo.fetch(1)
     finally:
         front.close()

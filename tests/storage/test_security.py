@@ -34,10 +34,16 @@ CLIMB = "../../../../outside/X"  # from <cache>/models/<scheme>/<bucket>: <tmp>/
 def _two_models(tmp_path: Path, store: Store, bad_url: str) -> Path:
     put_scaler(store, "good", 1)
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_config_list": [
-        {"config": {"name": "good", "base_path": store.url("good")}},
-        {"config": {"name": "bad", "base_path": bad_url}},
-    ]}))
+    config.write_text(
+        json.dumps(
+            {
+                "model_config_list": [
+                    {"config": {"name": "good", "base_path": store.url("good")}},
+                    {"config": {"name": "bad", "base_path": bad_url}},
+                ]
+            }
+        )
+    )
     return config
 
 
@@ -56,14 +62,26 @@ def test_a_bucket_url_that_climbs_out_is_refused_and_writes_nothing_outside(
     assert not [p for p in tmp_path.rglob("*") if "outside" in p.parts]
 
 
-@pytest.mark.parametrize("url", [
-    "s3://bucket/a/../b", "s3://127.0.0.1:9000/bucket/../x", "s3://../x", "gs://bucket/a//b",
-    "gs://bucket/./a", "az://container/a\\b", "azure://container/..", "gs://bucket/a\0b",
-    "s3://bucket/a/..\\..\\b",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "s3://bucket/a/../b",
+        "s3://127.0.0.1:9000/bucket/../x",
+        "s3://../x",
+        "gs://bucket/a//b",
+        "gs://bucket/./a",
+        "az://container/a\\b",
+        "azure://container/..",
+        "gs://bucket/a\0b",
+        "s3://bucket/a/..\\..\\b",
+    ],
+)
 def test_every_unsafe_bucket_url_is_a_config_error(url: str, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"Invalid bucket URL .*: (the path segment '\.\.?'|"
-                                          r"an empty path segment|a backslash|a NUL character)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"Invalid bucket URL .*: (the path segment '\.\.?'|"
+        r"an empty path segment|a backslash|a NUL character)",
+    ):
         open_repository(url, tmp_path)
     with pytest.raises(ConfigError, match="Invalid bucket URL"):
         read_file(f"{url}/config.json")
@@ -90,11 +108,13 @@ def test_a_cache_path_that_resolves_outside_the_cache_dir_is_refused(tmp_path: P
     (cache / "s3").symlink_to(elsewhere)  # planted in the cache volume
     with pytest.raises(StorageError, match="resolves outside the cache dir"):
         BucketRepository("s3://bucket/m", _NoBackend(), "m", cache)
-    assert isinstance(BucketRepository("s3://bucket/m", _NoBackend(), "m", cache / "x"),
-                      BucketRepository)
+    assert isinstance(
+        BucketRepository("s3://bucket/m", _NoBackend(), "m", cache / "x"), BucketRepository
+    )
 
 
 # --- local repositories: symlinks that lead out of the base path ----------------------------
+
 
 def test_local_symlinks_out_of_the_base_path_fail_their_version_only(tmp_path: Path) -> None:
     secret = tmp_path / "system"
@@ -107,9 +127,14 @@ def test_local_symlinks_out_of_the_base_path_fail_their_version_only(tmp_path: P
     (repo / "3" / "model.bin").symlink_to(secret / "model.bin")
     models.save(models.scaler(4.0), repo / "real4")
     (repo / "4").symlink_to("real4", target_is_directory=True)  # stays inside: followed
-    app = start_app(Settings(model_name="scaler", model_path=str(repo),
-                             model_options={"model_version_policy": {"all": {}}},
-                             cache_dir=str(tmp_path / "cache")))
+    app = start_app(
+        Settings(
+            model_name="scaler",
+            model_path=str(repo),
+            model_options={"model_version_policy": {"all": {}}},
+            cache_dir=str(tmp_path / "cache"),
+        )
+    )
 
     found = states(app)
     for version in (2, 3):
@@ -153,8 +178,9 @@ def log_lines() -> Iterator[list[str]]:
         ours.setLevel(levels[1])
 
 
-def _plant(store_name: str, echo: Echo, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-           azure: str) -> str:
+def _plant(
+    store_name: str, echo: Echo, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, azure: str
+) -> str:
     """The environment of `store_name`'s client with SECRET in every credential it reads,
     aimed at `echo`; -> the model's URL."""
     store_cls = STORES[store_name]
@@ -174,22 +200,36 @@ def _plant(store_name: str, echo: Echo, monkeypatch: pytest.MonkeyPatch, tmp_pat
             monkeypatch.setenv("K_SERVICE", "svc")
             monkeypatch.setenv("GCE_METADATA_HOST", echo.host)
         key_file = tmp_path / "adc.json"  # with a token still valid: sent as it is
-        key_file.write_text(json.dumps({
-            "type": "authorized_user", "client_id": "id.apps.googleusercontent.com",
-            "client_secret": f"{SECRET}-client-secret", "refresh_token": f"{SECRET}-refresh",
-            "token": f"{SECRET}-access-token", "expiry": "2099-01-01T00:00:00Z"}))
+        key_file.write_text(
+            json.dumps(
+                {
+                    "type": "authorized_user",
+                    "client_id": "id.apps.googleusercontent.com",
+                    "client_secret": f"{SECRET}-client-secret",
+                    "refresh_token": f"{SECRET}-refresh",
+                    "token": f"{SECRET}-access-token",
+                    "expiry": "2099-01-01T00:00:00Z",
+                }
+            )
+        )
         if store_name == "gs-sdk":  # a key file (the REST client is not taken for one)
             monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
         return "gs://bucket/m"
     endpoint = f"{echo.url}/{AZURITE_ACCOUNT}"
     if azure == "key":
         key = base64.b64encode(f"{SECRET}-account-key".encode()).decode()
-        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", (
-            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={key};"
-            f"BlobEndpoint={endpoint};\n"))
+        monkeypatch.setenv(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            (
+                f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={key};"
+                f"BlobEndpoint={endpoint};\n"
+            ),
+        )
     else:  # a SAS URL read from a mounted secret file, newline and all
-        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_URL",
-                           f"{endpoint}?sv=2025-11-05&sp=rl&sr=c&sig={SECRET}%2Bsas%3D\n")
+        monkeypatch.setenv(
+            "AZURE_STORAGE_ACCOUNT_URL",
+            f"{endpoint}?sv=2025-11-05&sp=rl&sr=c&sig={SECRET}%2Bsas%3D\n",
+        )
     return "az://container/m"
 
 
@@ -202,23 +242,30 @@ def _texts_of(app: Any, exc: BaseException | None) -> list[str]:
     return texts
 
 
-@pytest.mark.parametrize(("store_name", "azure"), [
-    *((name, "key") for name in sorted(STORES)), ("az", "sas"), ("az-sdk", "sas")])
+@pytest.mark.parametrize(
+    ("store_name", "azure"),
+    [*((name, "key") for name in sorted(STORES)), ("az", "sas"), ("az-sdk", "sas")],
+)
 def test_a_planted_secret_never_shows_in_errors_responses_or_logs(
-    store_name: str, azure: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-    log_lines: list[str], emulators: dict[str, Any],
+    store_name: str,
+    azure: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    log_lines: list[str],
+    emulators: dict[str, Any],
 ) -> None:
     scheme = STORES[store_name].scheme
     use_env(monkeypatch, emulators[scheme])  # clears every client variable, then:
-    for name in ("AZURE_STORAGE_CONNECTION_STRING", "STORAGE_EMULATOR_HOST",
-                 "AWS_ENDPOINT_URL_S3"):
+    for name in ("AZURE_STORAGE_CONNECTION_STRING", "STORAGE_EMULATOR_HOST", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
     echo = Echo(scheme, token=f"{SECRET}-metadata-token")
     try:
         url = _plant(store_name, echo, monkeypatch, tmp_path, azure)
         errors: list[BaseException] = []
-        for attempt in (lambda: open_repository(url, tmp_path / "cache").versions(),
-                        lambda: read_file(f"{url}/config.json")):
+        for attempt in (
+            lambda: open_repository(url, tmp_path / "cache").versions(),
+            lambda: read_file(f"{url}/config.json"),
+        ):
             with pytest.raises(ServingError) as info:
                 attempt()
             errors.append(info.value)
@@ -234,17 +281,20 @@ def test_a_planted_secret_never_shows_in_errors_responses_or_logs(
     assert any("<redacted>" in text for text in texts) or not reached, texts
 
 
-def test_the_message_of_every_storage_error_is_redacted(monkeypatch: pytest.MonkeyPatch
-                                                        ) -> None:
+def test_the_message_of_every_storage_error_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
     from core.storage.secrets import StorageError as RedactedError
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", f"{SECRET}key")
-    error = RedactedError(f"GET https://h/c/b?sv=1&sig=abc%2Bdef {SECRET}key "
-                         "Authorization: Bearer ya29.tokentoken https://u:pw@host/x")
+    error = RedactedError(
+        f"GET https://h/c/b?sv=1&sig=abc%2Bdef {SECRET}key "
+        "Authorization: Bearer ya29.tokentoken https://u:pw@host/x"
+    )
     assert SECRET not in str(error) and "abc" not in error.message
     assert "ya29" not in error.message and "pw@" not in error.message
-    assert error.message == ("GET https://h/c/b?<redacted> <redacted> Authorization: Bearer "
-                             "<redacted> https://<redacted>@host/x")
+    assert error.message == (
+        "GET https://h/c/b?<redacted> <redacted> Authorization: Bearer "
+        "<redacted> https://<redacted>@host/x"
+    )
 
 
 def test_a_request_that_cannot_be_sent_is_not_retried_and_shows_no_secret(
@@ -254,11 +304,14 @@ def test_a_request_that_cannot_be_sent_is_not_retried_and_shows_no_secret(
 
     use_env(monkeypatch, emulators["az"])
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
-    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_URL",  # a control character inside the SAS
-                       f"{emulators['az'].endpoint}/{AZURITE_ACCOUNT}?sv=1&sig={SECRET}\r\nx=1")
+    monkeypatch.setenv(
+        "AZURE_STORAGE_ACCOUNT_URL",  # a control character inside the SAS
+        f"{emulators['az'].endpoint}/{AZURITE_ACCOUNT}?sv=1&sig={SECRET}\r\nx=1",
+    )
     monkeypatch.setattr(http_client, "backoff", lambda attempt: pytest.fail("retried"))
     with pytest.raises(StorageError) as info:
         open_repository("az://container/m", tmp_path).versions()
-    assert str(info.value).startswith("Cannot list az://container/m/: the request cannot be "
-                                      "sent (InvalidURL: ")
+    assert str(info.value).startswith(
+        "Cannot list az://container/m/: the request cannot be sent (InvalidURL: "
+    )
     assert SECRET not in str(info.value) and info.value.__cause__ is None

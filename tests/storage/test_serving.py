@@ -87,8 +87,13 @@ def test_reload_picks_up_added_and_deleted_versions(store: Store, cache_dir: Pat
     assert predict(app) == (200, scaled(3))
     assert predict(app, version=2) == (200, scaled(2))
     # the ended version's download is deleted: a long-lived instance's disk does not fill up
-    wait_for(lambda: [name.split("-")[0] for name in version_folders(
-        cache_dir, store, "repo/scaler")] == ["2", "3"], "v1's download deleted")
+    wait_for(
+        lambda: (
+            [name.split("-")[0] for name in version_folders(cache_dir, store, "repo/scaler")]
+            == ["2", "3"]
+        ),
+        "v1's download deleted",
+    )
 
 
 def test_a_download_two_models_share_stays_until_both_are_done(
@@ -114,8 +119,10 @@ def test_a_download_two_models_share_stays_until_both_are_done(
     put_scaler(store, "repo/scaler", 1, factor=5.0)  # b's version 1 changes in the bucket
     assert call(app, "POST", "/v1/config/reload")[0] == 201
     assert predict(app, "b") == (200, scaled(5))
-    wait_for(lambda: folder not in version_folders(cache_dir, store, "repo/scaler"),
-             "the replaced download deleted")
+    wait_for(
+        lambda: folder not in version_folders(cache_dir, store, "repo/scaler"),
+        "the replaced download deleted",
+    )
     assert len(version_folders(cache_dir, store, "repo/scaler")) == 1
 
 
@@ -127,10 +134,24 @@ def test_a_download_another_process_serves_stays_until_it_is_done(
     for version in (1, 2):
         put_scaler(store, "repo/scaler", version)
     port = free_port()
-    other = [str(Path(sys.executable).parent / "ov-serverless"), "serve", "--rest_port",
-             str(port), "--model_name", "scaler", "--model_path", store.url("repo/scaler"),
-             "--model_version_policy", '{"all": {}}', "--cache_dir", str(cache_dir),
-             "--file_system_poll_wait_seconds", "0", "--log_level", "WARNING"]
+    other = [
+        str(Path(sys.executable).parent / "ov-serverless"),
+        "serve",
+        "--rest_port",
+        str(port),
+        "--model_name",
+        "scaler",
+        "--model_path",
+        store.url("repo/scaler"),
+        "--model_version_policy",
+        '{"all": {}}',
+        "--cache_dir",
+        str(cache_dir),
+        "--file_system_poll_wait_seconds",
+        "0",
+        "--log_level",
+        "WARNING",
+    ]
     base = f"http://127.0.0.1:{port}"
     with running({"other": (other, port)}, dict(os.environ), tmp_path):
         app = start_app(_settings(store, cache_dir))
@@ -142,13 +163,18 @@ def test_a_download_another_process_serves_stays_until_it_is_done(
         wait_state(app, 1, "END")
         join_retirements()
         assert version_folders(cache_dir, store, "repo/scaler") == folders
-        reply = requests.post(f"{base}/v1/models/scaler/versions/1:predict", timeout=10,
-                              json={"instances": [[1, 2, 3, 4]]})
+        reply = requests.post(
+            f"{base}/v1/models/scaler/versions/1:predict",
+            timeout=10,
+            json={"instances": [[1, 2, 3, 4]]},
+        )
         assert reply.json() == {"predictions": [scaled(1)]}
 
         assert requests.post(f"{base}/v1/config/reload", timeout=30).status_code == 201
-        wait_for(lambda: version_folders(cache_dir, store, "repo/scaler") == folders[1:],
-                 "the last process deleting v1's download")
+        wait_for(
+            lambda: version_folders(cache_dir, store, "repo/scaler") == folders[1:],
+            "the last process deleting v1's download",
+        )
 
 
 def test_config_json_in_the_bucket(store: Store, cache_dir: Path) -> None:

@@ -31,4 +31,6 @@ def test_the_comparison_sees_a_one_character_difference() -> None:
 
 def test_a_ranged_azure_get_sends_its_range_as_the_sdk_does() -> None:
     assert azure_rest.ranged({"Range": "bytes=0-9", "If-Match": "0x1"}) == {
-        "x-ms-range": "bytes=0-9", "If-Match": '"0x1"'}
+        "x-ms-range": "bytes=0-9",
+        "If-Match": '"0x1"',
+    }

@@ -29,13 +29,22 @@ from core.storage.secrets import StorageError
 
 API_VERSION = "2025-11-05"
 DEV_ACCOUNT = "devstoreaccount1"  # Azurite's well-known account (UseDevelopmentStorage=true)
-DEV_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
-           "K1SZFPTOtr/KBHBeksoGMGw==")
+DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 PAGE_SIZE = 5000  # List Blobs' most per page
 MALFORMED = "Connection string is either blank or malformed."
-_SIGNED = ("content-encoding", "content-language", "content-length", "content-md5",
-           "content-type", "date", "if-modified-since", "if-match", "if-none-match",
-           "if-unmodified-since", "range")
+_SIGNED = (
+    "content-encoding",
+    "content-language",
+    "content-length",
+    "content-md5",
+    "content-type",
+    "date",
+    "if-modified-since",
+    "if-match",
+    "if-none-match",
+    "if-unmodified-since",
+    "range",
+)
 T = TypeVar("T")
 
 
@@ -69,8 +78,10 @@ def from_environment(connection_string: str | None, account_url: str | None) -> 
         url, _, sas = account_url.partition("?")
         account = Account(url.rstrip("/"), sas=sas)
     else:  # a token credential (DefaultAzureCredential) is the SDK's
-        return ("it reads with AZURE_STORAGE_CONNECTION_STRING or an account URL carrying a "
-                "SAS token, and neither is set (a managed identity is read by the SDK only)")
+        return (
+            "it reads with AZURE_STORAGE_CONNECTION_STRING or an account URL carrying a "
+            "SAS token, and neither is set (a managed identity is read by the SDK only)"
+        )
     if http_client.proxied(account.endpoint):
         return "a proxy variable applies to the endpoint, and it does not speak to proxies"
     return account
@@ -90,23 +101,33 @@ def from_connection_string(text: str) -> Account:
         scheme = settings.get("DEFAULTENDPOINTSPROTOCOL", "https")
         endpoint = f"{scheme}://{name}.blob.{settings.get('ENDPOINTSUFFIX', 'core.windows.net')}"
     if not endpoint:
-        raise StorageError("Invalid AZURE_STORAGE_CONNECTION_STRING: "
-                           "Connection string missing required connection details.")
+        raise StorageError(
+            "Invalid AZURE_STORAGE_CONNECTION_STRING: "
+            "Connection string missing required connection details."
+        )
     key = settings.get("ACCOUNTKEY", "") if name else ""
     sas = "" if key else settings.get("SHAREDACCESSSIGNATURE", "").lstrip("?")
     return Account(endpoint.rstrip("/"), name, key, sas)
 
 
-def authorization(account: Account, path: str, query: dict[str, str],
-                  headers: dict[str, str]) -> str:
+def authorization(
+    account: Account, path: str, query: dict[str, str], headers: dict[str, str]
+) -> str:
     """Shared Key for a GET of `path` (as sent, percent-encoded) with `query` (decoded) and
     `headers`, which hold every x-ms-* header the request sends."""
     lowered = {name.lower(): value for name, value in headers.items() if value}
     ms = sorted((name, value) for name, value in lowered.items() if name.startswith("x-ms-"))
     resource = f"/{account.name}{path}" + "".join(
-        f"\n{name.lower()}:{value}" for name, value in sorted(query.items()))
-    to_sign = "\n".join(["GET", *(lowered.get(name, "") for name in _SIGNED),
-                         *(f"{name}:{value}" for name, value in ms), resource])
+        f"\n{name.lower()}:{value}" for name, value in sorted(query.items())
+    )
+    to_sign = "\n".join(
+        [
+            "GET",
+            *(lowered.get(name, "") for name in _SIGNED),
+            *(f"{name}:{value}" for name, value in ms),
+            resource,
+        ]
+    )
     digest = hmac.new(base64.b64decode(account.key), to_sign.encode(), hashlib.sha256).digest()
     return f"SharedKey {account.name}:{base64.b64encode(digest).decode()}"
 
@@ -132,8 +153,12 @@ class AzureRestBackend:
             root = http_client.parse_xml(body)
             for blob in root.iter("Blob"):
                 size = int(http_client.text(blob, "Properties/Content-Length") or 0)
-                yield RemoteObject(_name(blob), size, http_client.text(blob, "Properties/Etag"),
-                                   http_client.text(blob, "Properties/Content-MD5"))
+                yield RemoteObject(
+                    _name(blob),
+                    size,
+                    http_client.text(blob, "Properties/Etag"),
+                    http_client.text(blob, "Properties/Content-MD5"),
+                )
             marker = http_client.text(root, "NextMarker")
             if not marker:
                 return
@@ -144,6 +169,7 @@ class AzureRestBackend:
 
     def download(self, obj: RemoteObject, dest: Path) -> None:
         what = f"Cannot download {self._url(obj.key)}"
+
         def digest(response: http_client.Response) -> checksums.Digest | None:
             """The blob's Content-MD5 where it has one: in every answer's x-ms-blob-content-md5
             (Content-MD5 of a whole GET), else as listed."""
@@ -153,22 +179,41 @@ class AzureRestBackend:
                     return checksums.from_base64("md5", value, name)
             return checksums.from_base64("md5", obj.hashes, "listing")
 
-        http_client.download(obj, dest, what, lambda headers, use: self._call(
-            obj.key, {}, ranged(headers), what, use), digest=digest)
+        http_client.download(
+            obj,
+            dest,
+            what,
+            lambda headers, use: self._call(obj.key, {}, ranged(headers), what, use),
+            digest=digest,
+        )
 
     def _url(self, key: str) -> str:
         return f"az://{self.bucket}/{key}"
 
-    def _call(self, key: str, query: dict[str, str], headers: dict[str, str], what: str,
-              use: Callable[[http_client.Response], T]) -> T:
+    def _call(
+        self,
+        key: str,
+        query: dict[str, str],
+        headers: dict[str, str],
+        what: str,
+        use: Callable[[http_client.Response], T],
+    ) -> T:
         def fail(exc: http_client.Failure) -> StorageError:
             return StorageError(f"{what}: {self._describe(exc)}")
 
-        return http_client.retrying(lambda: self._once(key, query, headers, use), fail,
-                            f"{what}: cannot reach Azure Blob Storage")
+        return http_client.retrying(
+            lambda: self._once(key, query, headers, use),
+            fail,
+            f"{what}: cannot reach Azure Blob Storage",
+        )
 
-    def _once(self, key: str, query: dict[str, str], headers: dict[str, str],
-              use: Callable[[http_client.Response], T]) -> T:
+    def _once(
+        self,
+        key: str,
+        query: dict[str, str],
+        headers: dict[str, str],
+        use: Callable[[http_client.Response], T],
+    ) -> T:
         path = request_path(self._account, self.bucket, key)
         sent = {**headers, "x-ms-date": formatdate(usegmt=True), "x-ms-version": API_VERSION}
         if self._account.key:

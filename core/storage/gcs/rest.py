@@ -38,15 +38,22 @@ TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 PAGE_SIZE = 1000  # objects.list's most per page
 REFRESH_S = 225  # google-auth renews a token this long before it expires
 # Cloud Storage ignores Range for an object it decompresses on the way
-GZIP_HINT = (", as Cloud Storage answers for one stored with Content-Encoding: gzip; "
-             "store model files without it (gcloud storage cp without -z/-Z)")
+GZIP_HINT = (
+    ", as Cloud Storage answers for one stored with Content-Encoding: gzip; "
+    "store model files without it (gcloud storage cp without -z/-Z)"
+)
 _ON_GOOGLE = ("K_SERVICE", "CLOUD_RUN_JOB", "FUNCTION_TARGET", "GCE_METADATA_HOST")
-_USE_CLIENT_CERT = ("GOOGLE_API_USE_CLIENT_CERTIFICATE",
-                    "CLOUDSDK_CONTEXT_AWARE_USE_CLIENT_CERTIFICATE")
-_CERT_CONFIG = ("GOOGLE_API_CERTIFICATE_CONFIG",
-                "CLOUDSDK_CONTEXT_AWARE_CERTIFICATE_CONFIG_FILE_PATH")
-GKE_CERT_BUNDLE = ("/var/run/secrets/workload-spiffe-credentials/"
-                   "x509.credential-bundle.private-key.pem")
+_USE_CLIENT_CERT = (
+    "GOOGLE_API_USE_CLIENT_CERTIFICATE",
+    "CLOUDSDK_CONTEXT_AWARE_USE_CLIENT_CERTIFICATE",
+)
+_CERT_CONFIG = (
+    "GOOGLE_API_CERTIFICATE_CONFIG",
+    "CLOUDSDK_CONTEXT_AWARE_CERTIFICATE_CONFIG_FILE_PATH",
+)
+GKE_CERT_BUNDLE = (
+    "/var/run/secrets/workload-spiffe-credentials/x509.credential-bundle.private-key.pem"
+)
 T = TypeVar("T")
 
 
@@ -69,8 +76,11 @@ def from_environment() -> Where | str:
         why_not = _why_not_metadata()
         if why_not:
             return why_not
-        metadata = (os.environ.get("GCE_METADATA_HOST") or os.environ.get("GCE_METADATA_ROOT")
-                    or METADATA_HOST)
+        metadata = (
+            os.environ.get("GCE_METADATA_HOST")
+            or os.environ.get("GCE_METADATA_ROOT")
+            or METADATA_HOST
+        )
         where = Where(_origin(os.environ.get("API_ENDPOINT_OVERRIDE") or API), metadata)
     if http_client.proxied(where.endpoint):
         return "a proxy variable applies to the endpoint, and it does not speak to proxies"
@@ -80,10 +90,14 @@ def from_environment() -> Where | str:
 def _why_not_metadata() -> str:
     """'' when google.auth.default() would end at the metadata server, over plain HTTP; else
     what it would use instead."""
-    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or Path(_gcloud_file(
-            "application_default_credentials.json")).is_file():
-        return ("a key file (GOOGLE_APPLICATION_CREDENTIALS, or gcloud's application default "
-                "credentials) is set up, and only the SDK reads key files")
+    if (
+        os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+        or Path(_gcloud_file("application_default_credentials.json")).is_file()
+    ):
+        return (
+            "a key file (GOOGLE_APPLICATION_CREDENTIALS, or gcloud's application default "
+            "credentials) is set up, and only the SDK reads key files"
+        )
     if os.environ.get("NO_GCE_CHECK") == "true":
         return "NO_GCE_CHECK=true says there is no metadata server to ask for a token"
     if _client_certificate():
@@ -93,9 +107,11 @@ def _why_not_metadata() -> str:
     if os.environ.get("GOOGLE_CLOUD_UNIVERSE_DOMAIN", "googleapis.com") != "googleapis.com":
         return "GOOGLE_CLOUD_UNIVERSE_DOMAIN names another universe, which only the SDK reaches"
     if not any(os.environ.get(name) for name in _ON_GOOGLE):
-        return ("it reads the emulator (STORAGE_EMULATOR_HOST) or, on Google Cloud, with the "
-                "metadata server's token (K_SERVICE, CLOUD_RUN_JOB, FUNCTION_TARGET or "
-                "GCE_METADATA_HOST set), and neither is set")
+        return (
+            "it reads the emulator (STORAGE_EMULATOR_HOST) or, on Google Cloud, with the "
+            "metadata server's token (K_SERVICE, CLOUD_RUN_JOB, FUNCTION_TARGET or "
+            "GCE_METADATA_HOST set), and neither is set"
+        )
     return ""
 
 
@@ -105,9 +121,11 @@ def _client_certificate() -> bool:
     told = next((os.environ[name] for name in _USE_CLIENT_CERT if os.environ.get(name)), "")
     if told:
         return told.lower() == "true"
-    return (any(os.environ.get(name) for name in _CERT_CONFIG)
-            or Path(_gcloud_file("certificate_config.json")).is_file()
-            or Path(GKE_CERT_BUNDLE).exists())
+    return (
+        any(os.environ.get(name) for name in _CERT_CONFIG)
+        or Path(_gcloud_file("certificate_config.json")).is_file()
+        or Path(GKE_CERT_BUNDLE).exists()
+    )
 
 
 def _gcloud_file(name: str) -> str:
@@ -158,9 +176,13 @@ class Token:
         def fail(exc: http_client.Failure) -> StorageError:
             return StorageError(f"{where} answered {exc.status} {exc.message}")
 
-        body = http_client.retrying(lambda: self._connections.get(
-            self._origin, TOKEN_PATH, {"Metadata-Flavor": "Google"}, _failure, http_client.read),
-            fail, f"{where} cannot be reached")
+        body = http_client.retrying(
+            lambda: self._connections.get(
+                self._origin, TOKEN_PATH, {"Metadata-Flavor": "Google"}, _failure, http_client.read
+            ),
+            fail,
+            f"{where} cannot be reached",
+        )
         try:
             answer = json.loads(body)
             self._value = str(answer["access_token"])
@@ -195,20 +217,27 @@ class GcsRestBackend:
             query["prefix"] = prefix
         what = f"Cannot list {self._url(prefix)}"
         while True:
-            page = json.loads(self._call(self._objects, query, {}, what, http_client.read,
-                                         listing=True))
+            page = json.loads(
+                self._call(self._objects, query, {}, what, http_client.read, listing=True)
+            )
             for item in page.get("items", ()):
                 tag = f"{item.get('generation')}:{item.get('md5Hash') or item.get('etag')}"
-                hashes = ",".join(f"{name}={item[field]}" for name, field in _LISTED_HASHES
-                                  if item.get(field))
+                hashes = ",".join(
+                    f"{name}={item[field]}" for name, field in _LISTED_HASHES if item.get(field)
+                )
                 yield RemoteObject(item["name"], int(item.get("size") or 0), tag, hashes)
             if not page.get("nextPageToken"):
                 return
             query["pageToken"] = page["nextPageToken"]
 
     def read(self, key: str) -> bytes:
-        return self._call(self._media(key), {"alt": "media"}, {}, f"Cannot read {self._url(key)}",
-                          http_client.read)
+        return self._call(
+            self._media(key),
+            {"alt": "media"},
+            {},
+            f"Cannot read {self._url(key)}",
+            http_client.read,
+        )
 
     def download(self, obj: RemoteObject, dest: Path) -> None:
         what = f"Cannot download {self._url(obj.key)}"
@@ -222,8 +251,9 @@ class GcsRestBackend:
             return self._call(self._media(obj.key), query, ranged, what, use)
 
         def digest(response: http_client.Response) -> checksums.Digest | None:
-            return (hash_of(response.getheader("x-goog-hash", ""), "x-goog-hash")
-                    or hash_of(obj.hashes, "listing"))
+            return hash_of(response.getheader("x-goog-hash", ""), "x-goog-hash") or hash_of(
+                obj.hashes, "listing"
+            )
 
         http_client.download(obj, dest, what, get, GZIP_HINT, digest)
 
@@ -233,8 +263,15 @@ class GcsRestBackend:
     def _media(self, key: str) -> str:
         return f"/download{self._objects}/{quote(key, safe='~')}"
 
-    def _call(self, path: str, query: dict[str, str], headers: dict[str, str], what: str,
-              use: Callable[[http_client.Response], T], listing: bool = False) -> T:
+    def _call(
+        self,
+        path: str,
+        query: dict[str, str],
+        headers: dict[str, str],
+        what: str,
+        use: Callable[[http_client.Response], T],
+        listing: bool = False,
+    ) -> T:
         url = f"{path}?{urlencode(query)}"
 
         def fail(exc: http_client.Failure) -> StorageError:

@@ -80,15 +80,19 @@ def from_environment(endpoint_url: str | None) -> tuple[Credentials, str] | str:
     if endpoint_url and not region:
         region = "us-east-1"  # MinIO and emulators take any region; boto3 signs with this one
     if not (key and secret):
-        return ("it signs with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from the "
-                "environment, and they are not both set")
+        return (
+            "it signs with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from the "
+            "environment, and they are not both set"
+        )
     if not region:
         return "it needs the bucket's region in AWS_REGION (or AWS_DEFAULT_REGION)"
     if env.get("AWS_PROFILE"):
         return "AWS_PROFILE is set, and only boto3 reads profiles"
     if _truthy(env.get("AWS_USE_FIPS_ENDPOINT")) or _truthy(env.get("AWS_USE_DUALSTACK_ENDPOINT")):
-        return ("FIPS and dual-stack endpoints (AWS_USE_FIPS_ENDPOINT, "
-                "AWS_USE_DUALSTACK_ENDPOINT) are boto3's")
+        return (
+            "FIPS and dual-stack endpoints (AWS_USE_FIPS_ENDPOINT, "
+            "AWS_USE_DUALSTACK_ENDPOINT) are boto3's"
+        )
     if http_client.proxied(endpoint_url):
         return "a proxy variable applies to the endpoint, and it does not speak to proxies"
     return Credentials(key, secret, env.get("AWS_SESSION_TOKEN", "").strip()), region
@@ -111,9 +115,16 @@ def target(bucket: str, endpoint_url: str | None, region: str) -> Target:
     return Target(f"https://{bucket}.s3.{region}.{domain}", "")
 
 
-def signed_headers(method: str, host: str, path: str, query: dict[str, str],
-                   headers: dict[str, str], creds: Credentials, region: str,
-                   now: datetime) -> dict[str, str]:
+def signed_headers(
+    method: str,
+    host: str,
+    path: str,
+    query: dict[str, str],
+    headers: dict[str, str],
+    creds: Credentials,
+    region: str,
+    now: datetime,
+) -> dict[str, str]:
     """`headers` plus host, x-amz-* and the SigV4 Authorization for a bodiless request."""
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
     out = {**headers, "host": host, "x-amz-date": stamp, "x-amz-content-sha256": EMPTY_SHA256}
@@ -121,18 +132,27 @@ def signed_headers(method: str, host: str, path: str, query: dict[str, str],
         out["x-amz-security-token"] = creds.token
     lowered = {name.lower(): " ".join(value.split()) for name, value in out.items()}
     names = sorted(lowered)
-    canonical = "\n".join([
-        method, quote(path, safe="/~"), canonical_query(query),
-        *(f"{name}:{lowered[name]}" for name in names), "", ";".join(names), EMPTY_SHA256,
-    ])
+    canonical = "\n".join(
+        [
+            method,
+            quote(path, safe="/~"),
+            canonical_query(query),
+            *(f"{name}:{lowered[name]}" for name in names),
+            "",
+            ";".join(names),
+            EMPTY_SHA256,
+        ]
+    )
     scope = f"{stamp[:8]}/{region}/s3/aws4_request"
     to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{_sha256(canonical)}"
     key = f"AWS4{creds.secret}".encode()
     for part in (stamp[:8], region, "s3", "aws4_request"):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    out["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={creds.key}/{scope}, "
-                            f"SignedHeaders={';'.join(names)}, Signature={signature}")
+    out["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={creds.key}/{scope}, "
+        f"SignedHeaders={';'.join(names)}, Signature={signature}"
+    )
     return out
 
 
@@ -156,7 +176,8 @@ def digest(response: http_client.Response) -> checksums.Digest | None:
             return found
     encryption = response.getheader("x-amz-server-side-encryption", "").lower()
     if encryption.startswith("aws:kms") or response.getheader(
-            "x-amz-server-side-encryption-customer-algorithm"):
+        "x-amz-server-side-encryption-customer-algorithm"
+    ):
         return None
     return checksums.from_hex_md5(response.getheader("ETag", ""), "ETag")
 
@@ -166,8 +187,9 @@ class S3RestBackend:
 
     scheme = "s3"
 
-    def __init__(self, bucket: str, endpoint_url: str | None, creds: Credentials,
-                 region: str) -> None:
+    def __init__(
+        self, bucket: str, endpoint_url: str | None, creds: Credentials, region: str
+    ) -> None:
         self.bucket = bucket
         self._endpoint_url = endpoint_url
         self._creds = creds
@@ -186,9 +208,11 @@ class S3RestBackend:
             encoded = http_client.text(root, "EncodingType").lower() == "url"
             for item in root.iter("Contents"):
                 key = http_client.text(item, "Key")
-                yield RemoteObject(unquote_plus(key) if encoded else key,
-                                   int(http_client.text(item, "Size")),
-                                   http_client.text(item, "ETag"))
+                yield RemoteObject(
+                    unquote_plus(key) if encoded else key,
+                    int(http_client.text(item, "Size")),
+                    http_client.text(item, "ETag"),
+                )
             token = http_client.text(root, "NextContinuationToken")
             if http_client.text(root, "IsTruncated") != "true" or not token:
                 return
@@ -199,28 +223,50 @@ class S3RestBackend:
 
     def download(self, obj: RemoteObject, dest: Path) -> None:
         what = f"download {self._url(obj.key)}"
-        http_client.download(obj, dest, f"Cannot {what}",
-                     lambda headers, use: self._call(obj.key, {}, headers, what, use),
-                     digest=digest, whole=CHECKSUM_MODE)
+        http_client.download(
+            obj,
+            dest,
+            f"Cannot {what}",
+            lambda headers, use: self._call(obj.key, {}, headers, what, use),
+            digest=digest,
+            whole=CHECKSUM_MODE,
+        )
 
     def _url(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
 
-    def _call(self, key: str, query: dict[str, str], headers: dict[str, str], what: str,
-              use: Callable[[http_client.Response], T]) -> T:
+    def _call(
+        self,
+        key: str,
+        query: dict[str, str],
+        headers: dict[str, str],
+        what: str,
+        use: Callable[[http_client.Response], T],
+    ) -> T:
         """GET the key, retrying what boto3 retries; `use(response)` reads a 2xx response."""
+
         def fail(exc: http_client.Failure) -> StorageError:
             return StorageError(f"Cannot {what}: {describe(exc.code, exc.message, self.bucket)}")
 
-        return http_client.retrying(lambda: self._once(key, query, headers, use), fail,
-                            f"Cannot {what}: cannot reach the S3 endpoint", self._redirect)
+        return http_client.retrying(
+            lambda: self._once(key, query, headers, use),
+            fail,
+            f"Cannot {what}: cannot reach the S3 endpoint",
+            self._redirect,
+        )
 
-    def _once(self, key: str, query: dict[str, str], headers: dict[str, str],
-              use: Callable[[http_client.Response], T]) -> T:
+    def _once(
+        self,
+        key: str,
+        query: dict[str, str],
+        headers: dict[str, str],
+        use: Callable[[http_client.Response], T],
+    ) -> T:
         region, site = self._site
         path = f"{site.base}/{key}"
-        signed = signed_headers("GET", site.host, path, query, headers, self._creds, region,
-                                datetime.now(UTC))
+        signed = signed_headers(
+            "GET", site.host, path, query, headers, self._creds, region, datetime.now(UTC)
+        )
         url = quote(path, safe="/~") + (f"?{canonical_query(query)}" if query else "")
         return self._connections.get(site.origin, url, signed, _failure, use)
 

@@ -43,9 +43,11 @@ def make_client(endpoint: str | None) -> Any:
         return session.client("s3", endpoint_url=endpoint_url, config=Config(**options))
 
 
-_ENV_CREDENTIALS = {"aws_access_key_id": "AWS_ACCESS_KEY_ID",
-                    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
-                    "aws_session_token": "AWS_SESSION_TOKEN"}
+_ENV_CREDENTIALS = {
+    "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "aws_session_token": "AWS_SESSION_TOKEN",
+}
 
 
 def _trimmed_env_credentials() -> dict[str, str]:
@@ -83,8 +85,10 @@ def _errors(what: str, bucket: str = "") -> Iterator[None]:
         raise StorageError(f"{what}: {exc}") from exc
     except RecursionError as exc:  # botocore's region redirector asks HeadBucket, which
         # redirects again: an endpoint that answers every request with a 301 and no region
-        raise StorageError(f"{what}: the S3 endpoint answers with a redirect loop "
-                           "(301 and no region, again and again)") from exc
+        raise StorageError(
+            f"{what}: the S3 endpoint answers with a redirect loop "
+            "(301 and no region, again and again)"
+        ) from exc
 
 
 class S3Backend:

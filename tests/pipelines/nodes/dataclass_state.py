@@ -24,6 +24,7 @@ def outputs_info(params: dict[str, str]) -> dict[str, tuple[str, list[int]]]:
     return {"y": ("FP32", [-1, 4])}
 
 
-def execute(inputs: dict[str, np.ndarray], params: dict[str, str],
-            state: State) -> dict[str, np.ndarray]:
+def execute(
+    inputs: dict[str, np.ndarray], params: dict[str, str], state: State
+) -> dict[str, np.ndarray]:
     return {"y": inputs["x"] + np.float32(state.offset)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def execute(inputs: dict[str, np.ndarray], params: dict[str, str],
-            state: object) -> dict[str, np.ndarray]:
+def execute(
+    inputs: dict[str, np.ndarray], params: dict[str, str], state: object
+) -> dict[str, np.ndarray]:
     return dict(inputs)

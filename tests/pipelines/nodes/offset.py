@@ -22,8 +22,9 @@ def outputs_info(params: dict[str, str]) -> dict[str, tuple[str, list[int]]]:
     return {"a": ("FP32", [-1, 4]), "b": ("FP32", [-1, 4])}
 
 
-def execute(inputs: dict[str, np.ndarray], params: dict[str, str],
-            state: dict[str, Any]) -> dict[str, np.ndarray]:
+def execute(
+    inputs: dict[str, np.ndarray], params: dict[str, str], state: dict[str, Any]
+) -> dict[str, np.ndarray]:
     y = inputs["y"]
     return {"a": y + state["offset"], "b": y}
 

@@ -13,7 +13,8 @@ def outputs_info(params: dict[str, str]) -> dict[str, tuple[str, list[int]]]:
     return {"total": ("FP32", [1, 4]), "count": ("INT32", [1])}
 
 
-def execute(inputs: dict[str, np.ndarray], params: dict[str, str],
-            state: object) -> dict[str, np.ndarray]:
+def execute(
+    inputs: dict[str, np.ndarray], params: dict[str, str], state: object
+) -> dict[str, np.ndarray]:
     ys = inputs["ys"]
     return {"total": ys.sum(axis=0), "count": np.array([len(ys)], dtype=np.int32)}

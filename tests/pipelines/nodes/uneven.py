@@ -13,7 +13,8 @@ def outputs_info(params: dict[str, str]) -> dict[str, tuple[str, list[int]]]:
     return {"p": ("FP32", [-1, 1, 4]), "q": ("FP32", [-1, 1, 4])}
 
 
-def execute(inputs: dict[str, np.ndarray], params: dict[str, str],
-            state: object) -> dict[str, np.ndarray]:
+def execute(
+    inputs: dict[str, np.ndarray], params: dict[str, str], state: object
+) -> dict[str, np.ndarray]:
     x = inputs["x"]
     return {"p": np.stack([x, x]), "q": np.stack([x, x, x])}

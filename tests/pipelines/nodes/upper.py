@@ -17,8 +17,7 @@ def outputs_info(params: dict[str, str]) -> dict[str, tuple[str, list[int]]]:
     return {"texts": ("BYTES", [-1])}
 
 
-def execute(inputs: dict[str, np.ndarray], params: dict[str, str], state: Any
-            ) -> dict[str, Any]:
+def execute(inputs: dict[str, np.ndarray], params: dict[str, str], state: Any) -> dict[str, Any]:
     words = [item.decode("utf-8").upper() for item in inputs["text"]]
     kind = params.get("kind", "unicode")
     if kind == "unicode":

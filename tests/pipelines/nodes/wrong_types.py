@@ -13,7 +13,8 @@ def outputs_info(params: dict[str, str]) -> dict[str, tuple[str, list[int]]]:
     return {"ints": ("INT32", [-1, 4]), "wide": ("FP32", [-1, 5])}
 
 
-def execute(inputs: dict[str, np.ndarray], params: dict[str, str],
-            state: object) -> dict[str, np.ndarray]:
+def execute(
+    inputs: dict[str, np.ndarray], params: dict[str, str], state: object
+) -> dict[str, np.ndarray]:
     x = inputs["x"]
     return {"ints": x.astype(np.int32), "wide": np.pad(x, ((0, 0), (0, 1)))}
