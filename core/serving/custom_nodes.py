@@ -19,6 +19,7 @@ import hashlib
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -50,7 +51,18 @@ def load_library(name: str, base_path: str) -> ModuleType | BrokenLibrary:
         return _import(name, base_path)
     except ConfigError as exc:
         log.error("%s", exc.message)
-        return BrokenLibrary(exc.message)
+        return BrokenLibrary(_without_folders(exc.message, base_path))
+
+
+def _without_folders(message: str, base_path: str) -> str:
+    """`message` with the library file's folder left out: clients see `boxes_node.py`, never
+    the server's absolute paths (the log keeps them)."""
+    if not base_path.endswith(".py"):
+        return message
+    path = Path(base_path)
+    for folder in sorted({str(path.parent), str(path.resolve().parent)}, key=len, reverse=True):
+        message = message.replace(folder + os.sep, "")
+    return message
 
 
 def _import(name: str, base_path: str) -> ModuleType:

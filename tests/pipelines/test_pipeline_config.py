@@ -17,6 +17,7 @@ from core.serving.registry import ModelManager
 from demo.models import save, scaler
 from tests.pipelines.conftest import Repo
 from tests.pipelines.helpers import (
+    NODES,
     app_for,
     call,
     chain,
@@ -217,6 +218,8 @@ def test_invalid_pipelines_are_reported_by_node_and_the_rest_keeps_serving(
         reply = call(app, "POST", f"/v1/models/{name}:predict", {"inputs": {"x": [[1] * 4]}})
         assert reply.status == 404, name
         assert f"Pipeline {name} is not loaded" in error(reply)
+        for folder in (str(NODES), "/nonexistent/", str(tmp_path)):  # no server paths
+            assert folder not in error(reply), (name, error(reply))
     x = np.ones((1, 4), np.float32)
     answer = tfs_columns(
         doc(call(app, "POST", "/v1/models/chain:predict", {"inputs": {"x": x.tolist()}}))
