@@ -6,16 +6,13 @@ functions-framework server and the Azure function. Each reads the sample jpeg's 
 from __future__ import annotations
 
 import base64
-import contextlib
 import importlib
 import importlib.util
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +34,7 @@ from tests.handlers.conftest import (
     ff_command,
     load_event,
     reply_body,
+    running,
 )
 
 PREDICT = "/v1/models/ocr:predict"
@@ -159,43 +157,9 @@ def functions_framework(
         "OVS_CONFIG_PATH": str(serve_root / "config.json"),
         "OVS_CACHE_DIR": str(tmp_path_factory.mktemp("ff-cache")),
     }
-    log = tmp_path_factory.mktemp("ff-logs") / "ff.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ff_command(port),
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_ready(base, proc, log)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        with contextlib.suppress(ProcessLookupError):  # a worker its arbiter left behind
-            os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"functions-framework exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-            )
-        with contextlib.suppress(requests.RequestException):
-            if requests.get(base + "/v2/health/ready", timeout=30).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"functions-framework not ready:\n{log.read_text()[-3000:]}")
+    logs = tmp_path_factory.mktemp("ff-logs")
+    with running({"ff": (ff_command(port), port)}, env, logs, timeout=180):
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_functions_framework(functions_framework: str, serve_root: Path) -> None:

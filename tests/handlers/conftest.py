@@ -301,7 +301,7 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path, timeout: fl
         try:
             if requests.get(base + "/v2/health/ready", timeout=1).status_code == 200:
                 return
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # not up, or still loading
             pass
         time.sleep(0.1)
     raise TimeoutError(f"{proc.args!r} not ready in {timeout} s:\n{log.read_text()}")
@@ -328,9 +328,13 @@ def server_env(repo: Repo, **extra: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def running(
-    commands: dict[str, tuple[list[str], int]], env: dict[str, str], logs: Path
+    commands: dict[str, tuple[list[str], int]],
+    env: dict[str, str],
+    logs: Path,
+    timeout: float = 60,
 ) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
-    """Start every `name: (command, port)`, wait for each /v2/health/ready; stop them after."""
+    """Start every `name: (command, port)`, wait up to `timeout` s for each /v2/health/ready;
+    stop them after."""
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for name, (cmd, _) in commands.items():
@@ -345,7 +349,7 @@ def running(
                 )
         for name, proc in procs.items():
             _wait_ready(
-                f"http://127.0.0.1:{commands[name][1]}", proc, logs / f"{name}.log", timeout=60
+                f"http://127.0.0.1:{commands[name][1]}", proc, logs / f"{name}.log", timeout
             )
         yield procs
     finally:

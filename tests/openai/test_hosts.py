@@ -6,12 +6,9 @@ form (`--task embeddings --pooling ...`)."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +31,7 @@ from tests.handlers.conftest import (
     free_port,
     load_event,
     reply_body,
+    running,
 )
 from tests.openai.conftest import Call, Direct, Repo, cosine
 
@@ -66,49 +64,6 @@ def expected(call: Call) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def running(
-    commands: dict[str, tuple[list[str], int]], env: dict[str, str], logs: Path
-) -> Iterator[None]:
-    """Start every `name: (command, port)` and wait (generously: the machine is shared) until
-    each answers /v2/health/ready; stop them after."""
-    procs = {}
-    try:
-        for name, (cmd, _) in commands.items():
-            with (logs / f"{name}.log").open("wb") as out:
-                procs[name] = subprocess.Popen(
-                    cmd,
-                    cwd=Path(__file__).parents[2],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-        for name, (_, port) in commands.items():
-            _wait_ready(f"http://127.0.0.1:{port}", procs[name], logs / f"{name}.log")
-        yield
-    finally:
-        for proc in procs.values():
-            proc.terminate()
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-
-
-def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited {proc.returncode}:\n{log.read_text()}")
-        with contextlib.suppress(requests.RequestException):
-            if requests.get(base + "/v2/health/ready", timeout=10).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"{proc.args!r} not ready:\n{log.read_text()}")
-
-
 @pytest.fixture(scope="module")
 def servers(text_repo: Repo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     ports = {"server": free_port(), "cloud_run": free_port()}
@@ -129,7 +84,7 @@ def servers(text_repo: Repo, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "cloud_run": (ff_command(ports["cloud_run"]), ports["cloud_run"]),
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("OVS_")} | text_repo.env()
-    with running(commands, env, tmp_path_factory.mktemp("openai-logs")):
+    with running(commands, env, tmp_path_factory.mktemp("openai-logs"), timeout=180):
         yield {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
 
 
