@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
+class Updater(Protocol):
+    def update(self, data: bytes | memoryview, /) -> None: ...
+
+
 class Hasher(Protocol):
     def update(self, data: bytes | memoryview, /) -> None: ...
 

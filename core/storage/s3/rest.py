@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.client
+import logging
 import os
 import re
 import threading
@@ -31,9 +32,12 @@ from core.storage.backend import RemoteObject
 from core.storage.s3 import describe
 from core.storage.secrets import StorageError
 
+log = logging.getLogger("ov_serverless.storage")
+
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 T = TypeVar("T")
 _DNS_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
+_MULTIPART_ETAG = re.compile(r"[0-9a-fA-F]{32}-([0-9]{1,5})")
 # Full-object checksums GetObject names with x-amz-checksum-mode: ENABLED, best first (those
 # with a fast hasher here; CRC64NVME has none in the standard library)
 CHECKSUMS = ("crc32", "crc32c", "sha256", "sha1")
@@ -169,17 +173,42 @@ def digest(response: http_client.Response) -> checksums.Digest | None:
     """The whole object's digest a GetObject answer names: a full-object x-amz-checksum-*
     (a whole GET with checksum mode; a composite `<b64>-<parts>` is none), else the ETag of a
     single-part upload stored without SSE-KMS or SSE-C (their ETags are no MD5)."""
+    found = full_checksum(response)
+    if found is not None or not etag_is_md5(response):
+        return found
+    return checksums.from_hex_md5(response.getheader("ETag", ""), "ETag")
+
+
+def full_checksum(response: http_client.Response) -> checksums.Digest | None:
+    """The full-object x-amz-checksum-* an answer with checksum mode names, best first."""
     for name in CHECKSUMS:
         value = response.getheader(f"x-amz-checksum-{name}", "")
         found = checksums.from_base64(name, value, f"x-amz-checksum-{name}") if value else None
         if found is not None:
             return found
+    return None
+
+
+def etag_is_md5(response: http_client.Response) -> bool:
+    """The ETag is an MD5 (of the object, or of its parts' MD5s): not so under SSE-KMS or
+    SSE-C."""
     encryption = response.getheader("x-amz-server-side-encryption", "").lower()
-    if encryption.startswith("aws:kms") or response.getheader(
-        "x-amz-server-side-encryption-customer-algorithm"
-    ):
-        return None
-    return checksums.from_hex_md5(response.getheader("ETag", ""), "ETag")
+    return not (
+        encryption.startswith("aws:kms")
+        or response.getheader("x-amz-server-side-encryption-customer-algorithm")
+    )
+
+
+def multipart_etag(tag: str) -> int:
+    """The number of parts a multipart upload's ETag (`"<md5 of the parts' MD5s>-<parts>"`)
+    names; 0 for any other ETag."""
+    found = _MULTIPART_ETAG.fullmatch(tag.strip().strip('"'))
+    return int(found.group(1)) if found else 0
+
+
+def parts_md5(md5s: list[bytes]) -> str:
+    """The ETag S3 gives a multipart upload of parts with these MD5s (quotes aside)."""
+    return f"{hashlib.md5(b''.join(md5s), usedforsecurity=False).hexdigest()}-{len(md5s)}"
 
 
 class S3RestBackend:
@@ -230,7 +259,57 @@ class S3RestBackend:
             lambda headers, use: self._call(obj.key, {}, headers, what, use),
             digest=digest,
             whole=CHECKSUM_MODE,
+            ranges=self._ranges(obj, what),
         )
+
+    def _ranges(self, obj: RemoteObject, what: str) -> http_client.Ranges:
+        """How a big object's ranges are checked. A ranged GetObject names no checksum, so:
+        an upload in parts of the ranges' size has the MD5 of its parts' MD5s as its ETag
+        (each range's MD5 computed as it arrives, in its worker); any other object's
+        full-object CRC comes from a HEAD beside the ranges, where it has one."""
+        parts = multipart_etag(obj.tag)
+        if parts and parts == -(-obj.size // http_client.PART_BYTES):
+
+            def whole(md5s: list[bytes], first: http_client.Response) -> str | None:
+                return self._etag_problem(obj, md5s, first, what)
+
+            return http_client.Ranges(md5=True, whole=whole)
+        return http_client.Ranges(named=lambda: self._head_checksum(obj, what))
+
+    def _head_checksum(self, obj: RemoteObject, what: str) -> checksums.Digest | None:
+        headers = {**CHECKSUM_MODE, "If-Match": obj.tag}
+        return self._call(obj.key, {}, headers, what, _headed(full_checksum), "HEAD")
+
+    def _etag_problem(
+        self, obj: RemoteObject, md5s: list[bytes], first: http_client.Response, what: str
+    ) -> str | None:
+        """'' when the ranges' MD5s make the multipart ETag; else the words of the error,
+        once a HEAD of each part confirmed the parts are the ranges (None: they are not, or
+        the endpoint cannot tell: then the ETag says nothing of these bytes)."""
+        want = obj.tag.strip().strip('"').lower()
+        got = parts_md5(md5s)
+        if got == want:
+            return ""
+        if not etag_is_md5(first) or not self._parts_are_ranges(obj, len(md5s), what):
+            return None
+        return (
+            "the downloaded bytes do not match the object's MD5 (multipart ETag, of its "
+            f"{len(md5s)} parts' MD5s): got {got}, expected {want}"
+        )
+
+    def _parts_are_ranges(self, obj: RemoteObject, parts: int, what: str) -> bool:
+        for number in range(1, parts + 1):
+            size = min(http_client.PART_BYTES, obj.size - (number - 1) * http_client.PART_BYTES)
+            query = {"partNumber": str(number)}
+            try:
+                length = self._call(obj.key, query, {}, what, _headed(_length), "HEAD")
+            except StorageError as exc:
+                log.debug("%s: the parts' sizes are unknown: %s", what, exc)
+                return False
+            if length != size:
+                log.debug("%s: not verified: uploaded in parts of other sizes", what)
+                return False
+        return True
 
     def _url(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
@@ -242,14 +321,16 @@ class S3RestBackend:
         headers: dict[str, str],
         what: str,
         use: Callable[[http_client.Response], T],
+        method: str = "GET",
     ) -> T:
-        """GET the key, retrying what boto3 retries; `use(response)` reads a 2xx response."""
+        """GET (or HEAD) the key, retrying what boto3 retries; `use(response)` reads a 2xx
+        response."""
 
         def fail(exc: http_client.Failure) -> StorageError:
             return StorageError(f"Cannot {what}: {describe(exc.code, exc.message, self.bucket)}")
 
         return http_client.retrying(
-            lambda: self._once(key, query, headers, use),
+            lambda: self._once(key, query, headers, use, method),
             fail,
             f"Cannot {what}: cannot reach the S3 endpoint",
             self._redirect,
@@ -261,14 +342,15 @@ class S3RestBackend:
         query: dict[str, str],
         headers: dict[str, str],
         use: Callable[[http_client.Response], T],
+        method: str,
     ) -> T:
         region, site = self._site
         path = f"{site.base}/{key}"
         signed = signed_headers(
-            "GET", site.host, path, query, headers, self._creds, region, datetime.now(UTC)
+            method, site.host, path, query, headers, self._creds, region, datetime.now(UTC)
         )
         url = quote(path, safe="/~") + (f"?{canonical_query(query)}" if query else "")
-        return self._connections.get(site.origin, url, signed, _failure, use)
+        return self._connections.get(site.origin, url, signed, _failure, use, method)
 
     def _redirect(self, exc: http_client.Failure) -> bool:
         """The bucket lives in the region the failure names: requests go there from now."""
@@ -279,6 +361,21 @@ class S3RestBackend:
             if region != self._site[0]:
                 self._site = (region, target(self.bucket, self._endpoint_url, region))
         return True
+
+
+def _headed(read: Callable[[http_client.Response], T]) -> Callable[[http_client.Response], T]:
+    """`read` of a HEAD's answer, whose empty body is read to its end (so the connection is
+    kept)."""
+
+    def use(response: http_client.Response) -> T:
+        response.read()
+        return read(response)
+
+    return use
+
+
+def _length(response: http_client.Response) -> int:
+    return int(response.getheader("Content-Length", "-1"))
 
 
 def _failure(response: http.client.HTTPResponse, body: bytes) -> Failure:
