@@ -7,7 +7,6 @@ not speak to proxies).
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import logging
 import os
@@ -17,8 +16,9 @@ import threading
 import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from email.message import Message
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -198,33 +198,44 @@ def tls(cafile: str | None) -> ssl.SSLContext:
 IGNORED_RANGE = "; the endpoint, or a proxy before it, ignored the Range header"
 
 
+Headers = Message  # an answer's headers (Response.msg): get(name, default), any case
+NO_HEADERS = Message()
+
+
 @dataclass(frozen=True)
 class Ranges:
     """How a provider reads a big file in ranges and checks them. By default: PART_BYTES
-    ranges, checked against a CRC of the whole object that the first range's answer names
-    (hashed in order, each range once it is in: a CRC costs little beside the download).
+    ranges, checked against a CRC of the whole object the first range's answer names (hashed
+    in order from disk, each range once it is in: a CRC costs little beside the download).
 
-    `headers` go with every range; `md5`: each range's MD5 is computed in its worker as it
-    arrives, for `part(answer, md5)` (the range's own digest, as Azure names it) and
-    `whole(md5s, first answer)` (the ranges' MD5s in order, as S3's multipart ETag is made).
-    Each returns '' when the bytes match, the words of the error when not, None when it
-    cannot tell. `named()` runs beside the ranges: the whole object's digest from a request
-    of its own (S3 names none in a ranged answer)."""
+    `headers` go with every range. `side()` is a request run beside the ranges (S3 names no
+    checksum in a ranged answer: a HEAD does); its answer's headers (NO_HEADERS when it failed)
+    go to `hashes`, `named` and `whole`. `hashes(side)`: the algorithms each range's bytes are
+    hashed with in its worker as they arrive, for `part(answer, digests)` (the range's own
+    digest, as Azure gives it) and `whole(digests of each range in order, first answer,
+    side)` (a digest made of the parts', as S3's multipart ETag and composite checksums
+    are). `named(side)`: the whole object's digest, hashed in order when its algorithm is
+    `in_order`; `tentative(side)`: that digest may be of another kind, so a mismatch of it
+    refuses nothing. Checks return '' when the bytes match, the words of the error when not,
+    None when they cannot tell. The file is refused when no check passed and one failed."""
 
     size: int = PART_BYTES
     headers: dict[str, str] = field(default_factory=dict)
-    md5: bool = False
-    part: Callable[[Response, bytes], str | None] | None = None
-    whole: Callable[[list[bytes], Response], str | None] | None = None
-    named: Callable[[], Digest | None] | None = None
+    side: Callable[[], Headers] | None = None
+    hashes: Callable[[Headers], frozenset[str]] = lambda _: frozenset()
+    part: Callable[[Response, dict[str, bytes]], str | None] | None = None
+    whole: Callable[[list[dict[str, bytes]], Response, Headers], str | None] | None = None
+    named: Callable[[Headers], Digest | None] = lambda _: None
+    tentative: Callable[[Headers], bool] = lambda _: False
+    in_order: frozenset[str] = checksums.FAST
 
 
 @dataclass(frozen=True)
 class _Got:
-    """A range's answer, its bytes' MD5 (b'' when not computed) and whether `part` checked it."""
+    """A range's answer, its bytes' digests (by algorithm) and whether `part` checked it."""
 
     answer: Response
-    md5: bytes
+    digests: dict[str, bytes]
     checked: bool
 
 
@@ -271,30 +282,34 @@ def _ranged(
     starts = range(0, obj.size, ranges.size)
     got: list[_Got] = []
     check: Check | None = None
-    with ThreadPoolExecutor(PART_WORKERS + (ranges.named is not None)) as pool:
-        side = pool.submit(ranges.named) if ranges.named is not None else None
+    with ThreadPoolExecutor(PART_WORKERS + (ranges.side is not None)) as pool:
+        side = _beside(pool, ranges.side)
         parts = [
-            pool.submit(_part, obj, start, fd, what, get, whole_hint, ranges) for start in starts
+            pool.submit(_part, obj, start, fd, what, get, whole_hint, ranges, side)
+            for start in starts
         ]
         try:
             for start, part in zip(starts, parts, strict=True):
                 got.append(part.result())
                 if start == 0:
-                    named = _side(side) or digest(got[0].answer)
-                    check = checksums.start(named, fast_only=True)
+                    named = ranges.named(side()) or digest(got[0].answer)
+                    check = checksums.start(named, ranges.in_order)
                 if check is not None:
                     _hash_range(fd, start, min(start + ranges.size, obj.size), check)
         except BaseException:
             for part in parts:
                 part.cancel()  # no more ranges of a failed download
             raise
-    _verify(what, check)
-    by_md5 = None
-    if ranges.md5 and ranges.whole is not None:
-        by_md5 = ranges.whole([g.md5 for g in got], got[0].answer)
-    if by_md5:
-        raise StorageError(f"{what}: {by_md5}")
-    if check is None and by_md5 is None and not all(g.checked for g in got):
+    in_order = check.problem() if check is not None else None
+    if in_order and ranges.tentative(side()):
+        in_order = None
+    made = None
+    if ranges.whole is not None and got[0].digests:
+        made = ranges.whole([g.digests for g in got], got[0].answer, side())
+    told = [result for result in (in_order, made) if result is not None]
+    if told and "" not in told:
+        raise StorageError(f"{what}: {told[0]}")
+    if not told and not all(g.checked for g in got):
         log.debug(
             "%s: not verified (read in ranges, and the service names no checksum of them "
             "this client can compute)",
@@ -302,16 +317,23 @@ def _ranged(
         )
 
 
-def _side(side: Future[Digest | None] | None) -> Digest | None:
-    """The side request's digest; None when there is none or it failed (the download goes
-    on unchecked by it, as without it)."""
-    if side is None:
-        return None
-    try:
-        return side.result()
-    except StorageError as exc:
-        log.debug("no whole-object checksum: %s", exc)
-        return None
+def _beside(
+    pool: ThreadPoolExecutor, request: Callable[[], Headers] | None
+) -> Callable[[], Headers]:
+    """`request` started in `pool`; -> a call waiting for its answer's headers (NO_HEADERS
+    when there is no request or it failed: the download goes on without what it tells)."""
+    future = pool.submit(request) if request is not None else None
+
+    def answer() -> Headers:
+        if future is None:
+            return NO_HEADERS
+        try:
+            return future.result()
+        except StorageError as exc:
+            log.debug("no checksum from the request beside the ranges: %s", exc)
+            return NO_HEADERS
+
+    return answer
 
 
 def _part(
@@ -322,19 +344,21 @@ def _part(
     get: Get[int],
     whole_hint: str,
     ranges: Ranges,
+    side: Callable[[], Headers],
 ) -> _Got:
     end = min(start + ranges.size, obj.size) - 1
     got: list[_Got] = []  # the last attempt's
 
     def use(response: Response) -> int:
         _partial(response, f"{what}: bytes {start}-{end}", whole_hint)
-        hasher = hashlib.md5(usedforsecurity=False) if ranges.md5 else None
-        written = copy(response, fd, start, check=hasher)
-        md5 = hasher.digest() if hasher is not None else b""
-        problem = ranges.part(response, md5) if ranges.part is not None else None
+        hashers = _hashers(ranges.hashes(side()))
+        fanout = _Fanout(list(hashers.values())) if hashers else None
+        written = copy(response, fd, start, check=fanout)
+        digests = {name: hasher.digest() for name, hasher in hashers.items()}
+        problem = ranges.part(response, digests) if ranges.part is not None else None
         if problem:
             raise StorageError(f"{what}: bytes {start}-{end}: {problem}")
-        got.append(_Got(response, md5, problem is not None))
+        got.append(_Got(response, digests, problem is not None))
         return written
 
     headers = {**ranges.headers, "Range": f"bytes={start}-{end}", "If-Match": obj.tag}
@@ -342,6 +366,22 @@ def _part(
     if written != end - start + 1:
         raise StorageError(f"{what}: got {written} bytes of range {start}-{end}")
     return got[-1]
+
+
+def _hashers(algorithms: frozenset[str]) -> dict[str, checksums.Hasher]:
+    hashers = {name: checksums.new_hasher(name) for name in algorithms}
+    return {name: hasher for name, hasher in hashers.items() if hasher is not None}
+
+
+class _Fanout:
+    """Every chunk to each hasher."""
+
+    def __init__(self, hashers: list[checksums.Hasher]) -> None:
+        self._hashers = hashers
+
+    def update(self, data: bytes | memoryview, /) -> None:
+        for hasher in self._hashers:
+            hasher.update(data)
 
 
 def _hash_range(fd: int, start: int, end: int, check: Check) -> None:

@@ -147,9 +147,9 @@ def test_s3_listing_keys_are_decoded_only_when_the_server_encoded_them(
 
 class OneByteFront(Front):
     """Forwards every GET and HEAD to the emulator on `port`. Flips the object's byte at
-    offset `at` in the one ranged answer that carries it; with `plain`, drops every digest
-    the answers name (x-amz-checksum-*, Content-MD5, x-ms-blob-content-md5), as a service that
-    keeps none."""
+    offset `at` in the one ranged answer that carries it. With `plain`, as a service that
+    names no digest: drops every one the answers and listings name (x-amz-checksum-*,
+    Content-MD5, x-ms-blob-content-md5) and marks S3 objects SSE-KMS (whose ETag is no MD5)."""
 
     def __init__(self, port: int, at: int | None = None, plain: bool = False) -> None:
         self.port, self.at, self.plain = port, at, plain
@@ -162,6 +162,9 @@ class OneByteFront(Front):
         )
         if self.plain:
             headers = {k: v for k, v in headers.items() if not _digest_header(k)}
+            if "x-amz-request-id" in {k.lower() for k in headers} or "ETag" in headers:
+                headers["x-amz-server-side-encryption"] = "aws:kms"
+            body = re.sub(rb"<Content-MD5>[^<]*</Content-MD5>", b"", body)
         first = _range_start(headers)
         if status == 206 and self.at is not None and first <= self.at < first + len(body):
             i = self.at - first
@@ -184,30 +187,60 @@ def _range_start(headers: dict[str, str]) -> int:
 
 
 def _put_big(store: Store, key: str, data: bytes, upload: str) -> None:
-    """`data` at `key`: in one PUT, or as a multipart upload of `upload` ("parts-<MiB>")."""
-    if not upload.startswith("parts-"):
-        store.put(key, data)
-        return
-    from boto3.s3.transfer import TransferConfig
+    """`data` at `key`, as `upload` says: "one-put" (one PUT), "parts-<MiB>" (a multipart
+    upload in parts of that size), "blocks" (Azure: 4 MiB blocks, no Content-MD5); "-etag":
+    without the CRC32 botocore sends by default (the object has its ETag alone)."""
+    if store.scheme == "az":
+        if upload != "blocks":
+            store.put(key, data)
+            return
+        from azure.storage.blob import ContainerClient
 
-    part = int(upload.removeprefix("parts-")) << 20
+        blocks = ContainerClient.from_connection_string(
+            store.emulator.env["AZURE_STORAGE_CONNECTION_STRING"],
+            store.bucket,
+            max_single_put_size=4 << 20,
+            max_block_size=4 << 20,
+        )
+        blocks.upload_blob(key, data)
+        return
+    import boto3
+    from boto3.s3.transfer import TransferConfig
+    from botocore.config import Config
+
+    checksum = "when_required" if upload.endswith("-etag") else "when_supported"
+    client = boto3.client(
+        "s3",
+        endpoint_url=store.emulator.endpoint,
+        config=Config(request_checksum_calculation=checksum),
+    )
+    if upload.startswith("one-put"):
+        client.put_object(Bucket=store.bucket, Key=key, Body=data)
+        return
+    part = int(upload.removeprefix("parts-").removesuffix("-etag")) << 20
     config = TransferConfig(multipart_threshold=part, multipart_chunksize=part)
-    store.client.upload_fileobj(io.BytesIO(data), store.bucket, key, Config=config)
+    client.upload_fileobj(io.BytesIO(data), store.bucket, key, Config=config)
 
 
 NOT_VERIFIED = "not verified"
 PARTS = http_client.PART_BYTES >> 20  # the ranges' size, MiB
-RANGED = [
-    ("s3", f"parts-{PARTS}"),  # its ETag: the MD5 of its parts' MD5s, one part per range
-    ("s3", "one-put"),  # a full-object CRC32 (botocore's default), named by a HEAD
-    ("az", "one-put"),  # the MD5 Blob Storage gives of each 4 MiB range
+RANGED = [  # scheme, upload, the digest a flipped byte fails
+    ("s3", f"parts-{PARTS}", "composite x-amz-checksum-crc32, of its 4 parts'"),
+    ("s3", f"parts-{PARTS}-etag", "multipart ETag, the MD5 of its 4 parts' MD5s"),
+    ("s3", "one-put", "x-amz-checksum-crc32"),
+    ("s3", "one-put-etag", "ETag"),
+    ("az", "one-put", "x-ms-blob-content-md5"),
+    ("az", "blocks", "Content-MD5 of the range"),
 ]
 
 
-@pytest.mark.parametrize(("scheme", "upload"), RANGED, ids=[f"{s}-{u}" for s, u in RANGED])
+@pytest.mark.parametrize(
+    ("scheme", "upload", "source"), RANGED, ids=[f"{s}-{u}" for s, u, _ in RANGED]
+)
 def test_a_big_file_in_ranges_is_verified_and_one_flipped_byte_in_one_range_is_refused(
     scheme: str,
     upload: str,
+    source: str,
     emulators: dict[str, Emulator],
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -228,7 +261,8 @@ def test_a_big_file_in_ranges_is_verified_and_one_flipped_byte_in_one_range_is_r
         with pytest.raises(
             StorageError,
             match=r"Cannot download \w+://.*/m/1/model\.bin: (bytes \d+-\d+: )?the downloaded "
-            r"bytes do not match the object's (MD5|CRC32) \(.+\): got .*, expected",
+            r"bytes do not match the object's (MD5|CRC32) \(" + re.escape(source) + r"\): got "
+            r".*, expected",
         ) as refused:
             open_repository(_through(bad, store, monkeypatch), tmp_path / "bad").fetch(1)
     finally:
@@ -241,14 +275,16 @@ def test_a_big_file_in_ranges_is_verified_and_one_flipped_byte_in_one_range_is_r
 
 
 PLAIN = [
-    ("s3", "one-put", True),  # no x-amz-checksum-* in its HEAD: an object stored without one
-    ("s3", "parts-7", False),  # as many parts as ranges, of other sizes: its ETag tells nothing
-    ("az", "one-put", True),  # no Content-MD5 of its ranges
+    ("s3", "one-put", True),  # SSE-KMS (no MD5 ETag), and no checksum in its HEAD
+    ("s3", f"parts-{PARTS}", True),
+    ("s3", "parts-7", False),  # as many parts as ranges, of other sizes: its digests tell nothing
+    ("s3", "parts-7-etag", False),
+    ("az", "one-put", True),  # no Content-MD5 listed, nor of its ranges
 ]
 
 
 @pytest.mark.parametrize(
-    ("scheme", "upload", "plain"), PLAIN, ids=[f"{s}-{u}" for s, u, _ in PLAIN]
+    ("scheme", "upload", "plain"), PLAIN, ids=[f"{s}-{u}-{p}" for s, u, p in PLAIN]
 )
 def test_a_big_file_whose_service_names_no_checksum_of_its_ranges_still_downloads(
     scheme: str,

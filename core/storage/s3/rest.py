@@ -37,11 +37,15 @@ log = logging.getLogger("ov_serverless.storage")
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 T = TypeVar("T")
 _DNS_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
-_MULTIPART_ETAG = re.compile(r"[0-9a-fA-F]{32}-([0-9]{1,5})")
+_MULTIPART_ETAG = re.compile(r"([0-9a-fA-F]{32})-([0-9]{1,5})")
+_PARTS = re.compile(r"[0-9]{1,5}")
 # Full-object checksums GetObject names with x-amz-checksum-mode: ENABLED, best first (those
 # with a fast hasher here; CRC64NVME has none in the standard library)
 CHECKSUMS = ("crc32", "crc32c", "sha256", "sha1")
 CHECKSUM_MODE = {"x-amz-checksum-mode": "ENABLED"}
+# what a big object's whole digest is hashed with in order (the MD5 of a single-part upload
+# when it has no checksum: its only digest)
+IN_ORDER = frozenset({*CHECKSUMS, "md5"})
 
 
 @dataclass(frozen=True)
@@ -170,45 +174,91 @@ def _sha256(text: str) -> str:
 
 
 def digest(response: http_client.Response) -> checksums.Digest | None:
-    """The whole object's digest a GetObject answer names: a full-object x-amz-checksum-*
-    (a whole GET with checksum mode; a composite `<b64>-<parts>` is none), else the ETag of a
-    single-part upload stored without SSE-KMS or SSE-C (their ETags are no MD5)."""
-    found = full_checksum(response)
-    if found is not None or not etag_is_md5(response):
+    """The whole object's digest a GetObject (or HeadObject) answer names: a full-object
+    x-amz-checksum-* (with checksum mode; a composite `<b64>-<parts>` is none), else the ETag
+    of a single-part upload stored without SSE-KMS or SSE-C (their ETags are no MD5)."""
+    return whole_digest(response.msg)
+
+
+def whole_digest(headers: http_client.Headers) -> checksums.Digest | None:
+    found = full_checksum(headers)
+    if found is not None or not etag_is_md5(headers):
         return found
-    return checksums.from_hex_md5(response.getheader("ETag", ""), "ETag")
+    return checksums.from_hex_md5(headers.get("ETag", ""), "ETag")
 
 
-def full_checksum(response: http_client.Response) -> checksums.Digest | None:
-    """The full-object x-amz-checksum-* an answer with checksum mode names, best first."""
+def full_checksum(headers: http_client.Headers) -> checksums.Digest | None:
+    """The full-object x-amz-checksum-* an answer with checksum mode names, best first (none
+    of type COMPOSITE, nor a composite's `<b64>-<parts>`)."""
+    if headers.get("x-amz-checksum-type", "").upper() == "COMPOSITE":
+        return None
     for name in CHECKSUMS:
-        value = response.getheader(f"x-amz-checksum-{name}", "")
+        value = headers.get(f"x-amz-checksum-{name}", "")
         found = checksums.from_base64(name, value, f"x-amz-checksum-{name}") if value else None
         if found is not None:
             return found
     return None
 
 
-def etag_is_md5(response: http_client.Response) -> bool:
+def maybe_composite(headers: http_client.Headers) -> bool:
+    """The answer's checksum may be a composite one named without its `-<parts>` and type
+    (moto's HEAD does so): of a multipart upload, of no stated type."""
+    return not headers.get("x-amz-checksum-type") and bool(etag_parts(headers))
+
+
+def etag_parts(headers: http_client.Headers) -> int:
+    """The number of parts a multipart upload's ETag (`"<hex>-<parts>"`) names; else 0."""
+    found = _MULTIPART_ETAG.fullmatch(headers.get("ETag", "").strip().strip('"'))
+    return int(found.group(2)) if found else 0
+
+
+def etag_is_md5(headers: http_client.Headers) -> bool:
     """The ETag is an MD5 (of the object, or of its parts' MD5s): not so under SSE-KMS or
     SSE-C."""
-    encryption = response.getheader("x-amz-server-side-encryption", "").lower()
+    encryption = headers.get("x-amz-server-side-encryption", "").lower()
     return not (
         encryption.startswith("aws:kms")
-        or response.getheader("x-amz-server-side-encryption-customer-algorithm")
+        or headers.get("x-amz-server-side-encryption-customer-algorithm")
     )
 
 
-def multipart_etag(tag: str) -> int:
-    """The number of parts a multipart upload's ETag (`"<md5 of the parts' MD5s>-<parts>"`)
-    names; 0 for any other ETag."""
-    found = _MULTIPART_ETAG.fullmatch(tag.strip().strip('"'))
-    return int(found.group(1)) if found else 0
+@dataclass(frozen=True)
+class PartsDigest:
+    """A digest made of an upload's `parts` parts' digests, all of `algorithm`: a composite
+    checksum (`<b64>-<parts>`: the checksum of the parts' raw checksums one after another) or
+    a multipart ETag (`<hex>-<parts>`: the MD5 of the parts' MD5s)."""
+
+    algorithm: str
+    want: bytes
+    parts: int
+    source: str
+
+    def made(self, digests: list[bytes]) -> bytes:
+        hasher = checksums.new_hasher(self.algorithm)
+        assert hasher is not None  # parts_digest names only algorithms at hand
+        hasher.update(b"".join(digests))
+        return hasher.digest()
 
 
-def parts_md5(md5s: list[bytes]) -> str:
-    """The ETag S3 gives a multipart upload of parts with these MD5s (quotes aside)."""
-    return f"{hashlib.md5(b''.join(md5s), usedforsecurity=False).hexdigest()}-{len(md5s)}"
+def parts_digest(headers: http_client.Headers, parts: int) -> PartsDigest | None:
+    """The digest of an upload in `parts` parts the answer names: a composite checksum (its
+    parts' CRCs cost little), else, with no full-object checksum, the multipart ETag; None
+    for an upload in another number of parts."""
+    if headers.get("x-amz-checksum-type", "").upper() != "FULL_OBJECT":
+        for name in CHECKSUMS:
+            value, dash, count = headers.get(f"x-amz-checksum-{name}", "").partition("-")
+            named = int(count) if dash and _PARTS.fullmatch(count) else etag_parts(headers)
+            found = checksums.from_base64(name, value, "") if named == parts else None
+            if found is not None:
+                source = f"composite x-amz-checksum-{name}, of its {parts} parts'"
+                return PartsDigest(name, found.want, parts, source)
+    if full_checksum(headers) is not None or not etag_is_md5(headers):
+        return None
+    etag = _MULTIPART_ETAG.fullmatch(headers.get("ETag", "").strip().strip('"'))
+    if etag is None or int(etag.group(2)) != parts:
+        return None
+    source = f"multipart ETag, the MD5 of its {parts} parts' MD5s"
+    return PartsDigest("md5", bytes.fromhex(etag.group(1)), parts, source)
 
 
 class S3RestBackend:
@@ -263,50 +313,60 @@ class S3RestBackend:
         )
 
     def _ranges(self, obj: RemoteObject, what: str) -> http_client.Ranges:
-        """How a big object's ranges are checked. A ranged GetObject names no checksum, so:
-        an upload in parts of the ranges' size has the MD5 of its parts' MD5s as its ETag
-        (each range's MD5 computed as it arrives, in its worker); any other object's
-        full-object CRC comes from a HEAD beside the ranges, where it has one."""
-        parts = multipart_etag(obj.tag)
-        if parts and parts == -(-obj.size // http_client.PART_BYTES):
+        """A ranged GetObject names no checksum: a HEAD beside the ranges does. A full-object
+        checksum, or the ETag (an MD5) of a single-part upload, is hashed in order; a digest
+        made of the parts' (a composite checksum, else a multipart ETag) when the upload's
+        parts are the ranges (as many as the ranges, as boto3 and the AWS CLI upload), each
+        range hashed in its worker as it arrives."""
+        count = -(-obj.size // http_client.PART_BYTES)
 
-            def whole(md5s: list[bytes], first: http_client.Response) -> str | None:
-                return self._etag_problem(obj, md5s, first, what)
+        def hashes(head: http_client.Headers) -> frozenset[str]:
+            made = parts_digest(head, count)
+            return frozenset({made.algorithm}) if made is not None else frozenset()
 
-            return http_client.Ranges(md5=True, whole=whole)
-        return http_client.Ranges(named=lambda: self._head_checksum(obj, what))
+        def whole(
+            digests: list[dict[str, bytes]], _: http_client.Response, head: http_client.Headers
+        ) -> str | None:
+            made = parts_digest(head, count)
+            return self._parts_problem(obj, made, digests, what) if made is not None else None
 
-    def _head_checksum(self, obj: RemoteObject, what: str) -> checksums.Digest | None:
-        headers = {**CHECKSUM_MODE, "If-Match": obj.tag}
-        return self._call(obj.key, {}, headers, what, _headed(full_checksum), "HEAD")
-
-    def _etag_problem(
-        self, obj: RemoteObject, md5s: list[bytes], first: http_client.Response, what: str
-    ) -> str | None:
-        """'' when the ranges' MD5s make the multipart ETag; else the words of the error,
-        once a HEAD of each part confirmed the parts are the ranges (None: they are not, or
-        the endpoint cannot tell: then the ETag says nothing of these bytes)."""
-        want = obj.tag.strip().strip('"').lower()
-        got = parts_md5(md5s)
-        if got == want:
-            return ""
-        if not etag_is_md5(first) or not self._parts_are_ranges(obj, len(md5s), what):
-            return None
-        return (
-            "the downloaded bytes do not match the object's MD5 (multipart ETag, of its "
-            f"{len(md5s)} parts' MD5s): got {got}, expected {want}"
+        return http_client.Ranges(
+            side=lambda: self._head(obj, {}, what),
+            hashes=hashes,
+            whole=whole,
+            named=lambda head: whole_digest(head) if head.get("ETag") else None,
+            tentative=maybe_composite,
+            in_order=IN_ORDER,
         )
+
+    def _head(
+        self, obj: RemoteObject, query: dict[str, str], what: str
+    ) -> http_client.Headers:
+        headers = {**CHECKSUM_MODE, "If-Match": obj.tag}
+        return self._call(obj.key, query, headers, what, _headers, "HEAD")
+
+    def _parts_problem(
+        self, obj: RemoteObject, made: PartsDigest, digests: list[dict[str, bytes]], what: str
+    ) -> str | None:
+        """'' when the ranges' digests make the parts' digest; else the words of the error,
+        once a HEAD of each part confirmed the parts are the ranges (None: they are not, or
+        the endpoint cannot tell: then the digest says nothing of these bytes)."""
+        got = made.made([d[made.algorithm] for d in digests])
+        if got == made.want:
+            return ""
+        if not self._parts_are_ranges(obj, made.parts, what):
+            return None
+        return checksums.Digest(made.algorithm, made.want, made.source).mismatch(got)
 
     def _parts_are_ranges(self, obj: RemoteObject, parts: int, what: str) -> bool:
         for number in range(1, parts + 1):
             size = min(http_client.PART_BYTES, obj.size - (number - 1) * http_client.PART_BYTES)
-            query = {"partNumber": str(number)}
             try:
-                length = self._call(obj.key, query, {}, what, _headed(_length), "HEAD")
+                head = self._head(obj, {"partNumber": str(number)}, what)
             except StorageError as exc:
                 log.debug("%s: the parts' sizes are unknown: %s", what, exc)
                 return False
-            if length != size:
+            if head.get("Content-Length") != str(size):
                 log.debug("%s: not verified: uploaded in parts of other sizes", what)
                 return False
         return True
@@ -363,19 +423,10 @@ class S3RestBackend:
         return True
 
 
-def _headed(read: Callable[[http_client.Response], T]) -> Callable[[http_client.Response], T]:
-    """`read` of a HEAD's answer, whose empty body is read to its end (so the connection is
-    kept)."""
-
-    def use(response: http_client.Response) -> T:
-        response.read()
-        return read(response)
-
-    return use
-
-
-def _length(response: http_client.Response) -> int:
-    return int(response.getheader("Content-Length", "-1"))
+def _headers(response: http_client.Response) -> http_client.Headers:
+    """A HEAD's answer: its headers, its empty body read (so the connection is kept)."""
+    response.read()
+    return response.msg
 
 
 def _failure(response: http.client.HTTPResponse, body: bytes) -> Failure:
