@@ -211,18 +211,19 @@ class Ranges:
     `headers` go with every range. `side()` is a request run beside the ranges (S3 names no
     checksum in a ranged answer: a HEAD does); its answer's headers (NO_HEADERS when it failed)
     go to `hashes`, `named` and `whole`. `hashes(side)`: the algorithms each range's bytes are
-    hashed with in its worker as they arrive, for `part(answer, digests)` (the range's own
-    digest, as Azure gives it) and `whole(digests of each range in order, first answer,
-    side)` (a digest made of the parts', as S3's multipart ETag and composite checksums
-    are). `named(side)`: the whole object's digest, hashed in order when its algorithm is
-    `in_order`; `tentative(side)`: that digest may be of another kind, so a mismatch of it
-    refuses nothing. Checks return '' when the bytes match, the words of the error when not,
-    None when they cannot tell. The file is refused when no check passed and one failed."""
+    hashed with in its worker as they arrive (only then does a worker wait for the side
+    answer), for `part(answer, digests)` (the range's own digest, as Azure gives it) and
+    `whole(digests of each range in order, first answer, side)` (a digest made of the parts',
+    as S3's multipart ETag and composite checksums are). `named(side)`: the whole object's
+    digest, hashed in order when its algorithm is `in_order`; `tentative(side)`: that digest
+    may be of another kind, so a mismatch of it refuses nothing. Checks return '' when the
+    bytes match, the words of the error when not, None when they cannot tell. The file is
+    refused when no check passed and one failed."""
 
     size: int = PART_BYTES
     headers: dict[str, str] = field(default_factory=dict)
     side: Callable[[], Headers] | None = None
-    hashes: Callable[[Headers], frozenset[str]] = lambda _: frozenset()
+    hashes: Callable[[Headers], frozenset[str]] | None = None
     part: Callable[[Response, dict[str, bytes]], str | None] | None = None
     whole: Callable[[list[dict[str, bytes]], Response, Headers], str | None] | None = None
     named: Callable[[Headers], Digest | None] = lambda _: None
@@ -351,7 +352,7 @@ def _part(
 
     def use(response: Response) -> int:
         _partial(response, f"{what}: bytes {start}-{end}", whole_hint)
-        hashers = _hashers(ranges.hashes(side()))
+        hashers = _hashers(ranges.hashes(side())) if ranges.hashes is not None else {}
         fanout = _Fanout(list(hashers.values())) if hashers else None
         written = copy(response, fd, start, check=fanout)
         digests = {name: hasher.digest() for name, hasher in hashers.items()}

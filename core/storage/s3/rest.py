@@ -330,9 +330,10 @@ class S3RestBackend:
             made = parts_digest(head, count)
             return self._parts_problem(obj, made, digests, what) if made is not None else None
 
+        in_parts = _MULTIPART_ETAG.fullmatch(obj.tag.strip().strip('"'))
         return http_client.Ranges(
             side=lambda: self._head(obj, {}, what),
-            hashes=hashes,
+            hashes=hashes if in_parts and int(in_parts.group(2)) == count else None,
             whole=whole,
             named=lambda head: whole_digest(head) if head.get("ETag") else None,
             tentative=maybe_composite,
