@@ -114,10 +114,12 @@ def run(trees: dict[str, Path], root: Path, repeat: int) -> dict[str, Any]:
 
 
 def summary(runs: dict[str, Any]) -> list[str]:
+    """A markdown table: per row, each tree's median total (min-max), the ratio of the
+    medians, and the median of the paired (same turn) differences of total and download."""
     lines = [
-        "| row | before total s (min-max) | after total s (min-max) | after/before | "
-        "before download s | after download s |",
-        "|---|---|---|---|---|---|",
+        "| row | before: total s (min-max) | after: total s (min-max) | after/before "
+        "| paired diff, total ms | download s before / after | paired diff, download ms |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row, by_tree in runs.items():
         before, after = by_tree["before"], by_tree["after"]
@@ -125,14 +127,23 @@ def summary(runs: dict[str, Any]) -> list[str]:
         for items in (before, after):
             totals = [r["total_s"] for r in items]
             cells.append(f"{statistics.median(totals):.3f} ({min(totals):.3f}-{max(totals):.3f})")
-        ratio = statistics.median(r["total_s"] for r in after) / statistics.median(
-            r["total_s"] for r in before
+        ratio = _median(after, "total_s") / _median(before, "total_s")
+        downloads = f"{_median(before, 'download_s'):.3f} / {_median(after, 'download_s'):.3f}"
+        lines.append(
+            f"| {row} | {cells[0]} | {cells[1]} | {ratio:.3f} "
+            f"| {_paired(before, after, 'total_s'):+.0f} | {downloads} "
+            f"| {_paired(before, after, 'download_s'):+.0f} |"
         )
-        downloads = [
-            f"{statistics.median(r['download_s'] for r in i):.3f}" for i in (before, after)
-        ]
-        lines.append(f"| {row} | {cells[0]} | {cells[1]} | {ratio:.3f} | {' | '.join(downloads)} |")
     return lines
+
+
+def _median(items: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in items)
+
+
+def _paired(before: list[dict[str, float]], after: list[dict[str, float]], key: str) -> float:
+    """The median of after - before over the turns, in ms."""
+    return 1000 * statistics.median(a[key] - b[key] for a, b in zip(after, before, strict=True))
 
 
 def main() -> None:

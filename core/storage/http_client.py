@@ -213,7 +213,7 @@ class Ranges:
     go to `hashes`, `named` and `whole`. `hashes(side)`: the algorithms each range's bytes are
     hashed with in its worker as they arrive (only then does a worker wait for the side
     answer), for `part(answer, digests)` (the range's own digest, as Azure gives it) and
-    `whole(digests of each range in order, first answer, side)` (a digest made of the parts',
+    `whole(digests of each range in order, side)` (a digest made of the parts',
     as S3's multipart ETag and composite checksums are). `named(side)`: the whole object's
     digest, hashed in order when its algorithm is `in_order`; `tentative(side)`: that digest
     may be of another kind, so a mismatch of it refuses nothing. Checks return '' when the
@@ -225,7 +225,7 @@ class Ranges:
     side: Callable[[], Headers] | None = None
     hashes: Callable[[Headers], frozenset[str]] | None = None
     part: Callable[[Response, dict[str, bytes]], str | None] | None = None
-    whole: Callable[[list[dict[str, bytes]], Response, Headers], str | None] | None = None
+    whole: Callable[[list[dict[str, bytes]], Headers], str | None] | None = None
     named: Callable[[Headers], Digest | None] = lambda _: None
     tentative: Callable[[Headers], bool] = lambda _: False
     in_order: frozenset[str] = checksums.FAST
@@ -306,7 +306,7 @@ def _ranged(
         in_order = None
     made = None
     if ranges.whole is not None and got[0].digests:
-        made = ranges.whole([g.digests for g in got], got[0].answer, side())
+        made = ranges.whole([g.digests for g in got], side())
     told = [result for result in (in_order, made) if result is not None]
     if told and "" not in told:
         raise StorageError(f"{what}: {told[0]}")

@@ -324,9 +324,7 @@ class S3RestBackend:
             made = parts_digest(head, count)
             return frozenset({made.algorithm}) if made is not None else frozenset()
 
-        def whole(
-            digests: list[dict[str, bytes]], _: http_client.Response, head: http_client.Headers
-        ) -> str | None:
+        def whole(digests: list[dict[str, bytes]], head: http_client.Headers) -> str | None:
             made = parts_digest(head, count)
             return self._parts_problem(obj, made, digests, what) if made is not None else None
 
