@@ -16,6 +16,7 @@ the runs go to bench/results/integrity_ab.json.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
 import statistics
@@ -153,6 +154,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=6, help="cold starts per row and tree")
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    for tree in trees.values():  # as bench/cold.py's compile_sources, for both checkouts
+        for package in ("core", "handlers", "demo", "protos"):
+            compileall.compile_dir(tree / package, quiet=1)
     load = [os.getloadavg()]
     with tempfile.TemporaryDirectory() as tmp:
         runs = run(trees, Path(tmp), args.repeat)
