@@ -207,8 +207,12 @@ def maybe_composite(headers: http_client.Headers) -> bool:
 
 
 def etag_parts(headers: http_client.Headers) -> int:
+    return tag_parts(headers.get("ETag", ""))
+
+
+def tag_parts(tag: str) -> int:
     """The number of parts a multipart upload's ETag (`"<hex>-<parts>"`) names; else 0."""
-    found = _MULTIPART_ETAG.fullmatch(headers.get("ETag", "").strip().strip('"'))
+    found = _MULTIPART_ETAG.fullmatch(tag.strip().strip('"'))
     return int(found.group(2)) if found else 0
 
 
@@ -328,10 +332,9 @@ class S3RestBackend:
             made = parts_digest(head, count)
             return self._parts_problem(obj, made, digests, what) if made is not None else None
 
-        in_parts = _MULTIPART_ETAG.fullmatch(obj.tag.strip().strip('"'))
         return http_client.Ranges(
             side=lambda: self._head(obj, {}, what),
-            hashes=hashes if in_parts and int(in_parts.group(2)) == count else None,
+            hashes=hashes if tag_parts(obj.tag) == count else None,
             whole=whole,
             named=lambda head: whole_digest(head) if head.get("ETag") else None,
             tentative=maybe_composite,
