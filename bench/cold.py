@@ -73,12 +73,14 @@ def request_file(
     return path
 
 
-def probe(host: str, request: Path, env: dict[str, str]) -> dict[str, float]:
+def probe(host: str, request: Path, env: dict[str, str], tree: Path = REPO) -> dict[str, float]:
+    """One cold start of `host` by `tree`'s bench/cold_child.py (another checkout's, to
+    compare two trees: env's PYTHONPATH must name it too)."""
     started = time.time()
     out = subprocess.run(
-        [sys.executable, str(CHILD), host, str(request)],
+        [sys.executable, str(tree / CHILD.relative_to(REPO)), host, str(request)],
         env=env,
-        cwd=REPO,
+        cwd=tree,
         capture_output=True,
         text=True,
         timeout=300,

@@ -49,12 +49,14 @@ def _range(rng: random.Random) -> str:
 
 
 def s3_request(rng: random.Random) -> dict[str, Any]:
-    """One request as S3RestBackend sends it: a listing page or a whole or ranged GET."""
+    """One request as S3RestBackend sends it: a listing page, a whole or ranged GET, or the
+    HEAD (of the object or of one part) beside a big object's ranges."""
     bucket = rng.choice(("models", "my.models", "Old_Bucket", "b-" + _text(rng, "abc123", 1, 8)))
     region = rng.choice(REGIONS)
     site = s3_rest.target(bucket, rng.choice((None, "http://127.0.0.1:9000")), region)
     query: dict[str, str] = {}
     headers: dict[str, str] = {}
+    method = "GET"
     if rng.random() < 0.4:
         query = {"list-type": "2", "prefix": _key(rng) + "/", "encoding-type": "url"}
         if rng.random() < 0.5:
@@ -62,11 +64,16 @@ def s3_request(rng: random.Random) -> dict[str, Any]:
         path = f"{site.base}/"
     else:
         path = f"{site.base}/{_key(rng)}"
-        if rng.random() < 0.5:
-            tag = _text(rng, "0123456789abcdef", 32, 32)
+        tag = _text(rng, "0123456789abcdef", 32, 32)
+        kind = rng.random()
+        if kind < 0.4:
             headers = {"Range": _range(rng), "If-Match": f'"{tag}"'}
-        else:
+        elif kind < 0.7:
             headers = dict(s3_rest.CHECKSUM_MODE)
+        else:
+            method, headers = "HEAD", {**s3_rest.CHECKSUM_MODE, "If-Match": f'"{tag}-3"'}
+            if rng.random() < 0.5:
+                query = {"partNumber": str(rng.randint(1, 10000))}
     token = _text(rng, TOKEN, 20, 300) if rng.random() < 0.5 else ""
     creds = s3_rest.Credentials(
         "AKIA" + _text(rng, string.ascii_uppercase, 16, 16), _text(rng, TOKEN, 40, 40), token
@@ -81,6 +88,7 @@ def s3_request(rng: random.Random) -> dict[str, Any]:
         tzinfo=UTC,
     )
     return {
+        "method": method,
         "host": site.host,
         "path": path,
         "query": query,
@@ -98,7 +106,7 @@ def s3_signatures(request: dict[str, Any]) -> tuple[str, str]:
     from botocore.credentials import Credentials
 
     ours = s3_rest.signed_headers(
-        "GET",
+        request["method"],
         request["host"],
         request["path"],
         request["query"],
@@ -109,7 +117,7 @@ def s3_signatures(request: dict[str, Any]) -> tuple[str, str]:
     )
     creds = request["creds"]
     theirs = AWSRequest(
-        method="GET",
+        method=request["method"],
         url=f"http://{request['host']}{quote(request['path'], safe='/~')}",
         headers=dict(request["headers"]),
         params=dict(request["query"]),
@@ -143,6 +151,8 @@ def azure_request(rng: random.Random) -> dict[str, Any]:
         key = _key(rng)
         if rng.random() < 0.5:
             headers = azure_rest.ranged({"Range": _range(rng), "If-Match": '"0x8DC0123456789AB"'})
+            if rng.random() < 0.5:  # a range of a blob without Content-MD5
+                headers.update(azure_rest.RANGE_MD5.headers)
     return {
         "account": account,
         "container": container,

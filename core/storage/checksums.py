@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
+class Updater(Protocol):
+    def update(self, data: bytes | memoryview, /) -> None: ...
+
+
 class Hasher(Protocol):
     def update(self, data: bytes | memoryview, /) -> None: ...
 
@@ -124,10 +128,11 @@ class Check:
         return self.digest.mismatch(self._hasher.digest())
 
 
-def start(digest: Digest | None, fast_only: bool = False) -> Check | None:
-    """A fresh Check of `digest`; None when there is none, no hasher for it, or (`fast_only`)
-    it is no CRC: a big file is checked only where that costs little beside its download."""
-    if digest is not None and fast_only and digest.algorithm not in FAST:
+def start(digest: Digest | None, only: frozenset[str] | None = None) -> Check | None:
+    """A fresh Check of `digest`; None when there is none, no hasher for it, or its algorithm
+    is not among `only` (a big file is checked only where that costs little beside its
+    download)."""
+    if digest is None or (only is not None and digest.algorithm not in only):
         return None
-    hasher = digest.hasher() if digest is not None else None
-    return Check(digest, hasher) if digest is not None and hasher is not None else None
+    hasher = digest.hasher()
+    return Check(digest, hasher) if hasher is not None else None

@@ -236,7 +236,8 @@ class Front:
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
+                if not any(name.lower() == "content-length" for name in headers):
+                    self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(body)
@@ -260,24 +261,23 @@ class Front:
         self.http.server_close()
 
 
-def forward(port: int, path: str, headers: dict[str, str]) -> Answer:
-    """A GET passed on to the emulator on `port` -> its (status, headers, body), less the
-    headers of that hop (for test fronts that stand where the provider's door would)."""
+def forward(port: int, path: str, headers: dict[str, str], method: str = "GET") -> Answer:
+    """A GET (or `method`) passed on to the emulator on `port` -> its (status, headers, body),
+    less the headers of that hop (for test fronts that stand where the provider's door
+    would); a HEAD's answer keeps its Content-Length (the object's or part's)."""
     import http.client
 
+    hop = ("connection", "server", "date", "transfer-encoding", "keep-alive")
+    if method != "HEAD":
+        hop += ("content-length",)
     upstream = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        upstream.request("GET", path, headers=headers)
+        upstream.request(method, path, headers=headers)
         reply = upstream.getresponse()
         body = reply.read()
     finally:
         upstream.close()
-    kept = {
-        name: value
-        for name, value in reply.getheaders()
-        if name.lower()
-        not in ("connection", "content-length", "server", "date", "transfer-encoding", "keep-alive")
-    }
+    kept = {name: value for name, value in reply.getheaders() if name.lower() not in hop}
     return reply.status, kept, body
 
 

@@ -4,6 +4,8 @@ listing keys are decoded only when the server says it encoded them."""
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import re
 from pathlib import Path
@@ -141,3 +143,168 @@ def test_s3_listing_keys_are_decoded_only_when_the_server_encoded_them(
         assert sorted(o.key for o in rest.list_objects("m/")) == sorted(ODD)
     finally:
         front.close()
+
+
+class OneByteFront(Front):
+    """Forwards every GET and HEAD to the emulator on `port`. Flips the object's byte at
+    offset `at` in the one ranged answer that carries it. With `plain`, as a service that
+    names no digest: drops every one the answers and listings name (x-amz-checksum-*,
+    Content-MD5, x-ms-blob-content-md5) and marks S3 objects SSE-KMS (whose ETag is no MD5)."""
+
+    def __init__(self, port: int, at: int | None = None, plain: bool = False) -> None:
+        self.port, self.at, self.plain = port, at, plain
+        self.flipped = 0
+        super().__init__()
+
+    def answer(self, request: Any) -> tuple[int, dict[str, str], bytes]:
+        status, headers, body = forward(
+            self.port, request.path, dict(request.headers), request.command
+        )
+        if self.plain:
+            headers = {k: v for k, v in headers.items() if not _digest_header(k)}
+            if "x-amz-request-id" in {k.lower() for k in headers} or "ETag" in headers:
+                headers["x-amz-server-side-encryption"] = "aws:kms"
+            body = re.sub(rb"<Content-MD5>[^<]*</Content-MD5>", b"", body)
+        first = _range_start(headers)
+        if status == 206 and self.at is not None and first <= self.at < first + len(body):
+            i = self.at - first
+            body = body[:i] + bytes([body[i] ^ 0x01]) + body[i + 1 :]
+            self.flipped += 1
+        return status, headers, body
+
+
+def _digest_header(name: str) -> bool:
+    name = name.lower()
+    return name.startswith("x-amz-checksum-") or name in ("content-md5", "x-ms-blob-content-md5")
+
+
+def _range_start(headers: dict[str, str]) -> int:
+    """Where a ranged answer's bytes start in the object (-1: no Content-Range)."""
+    for name, value in headers.items():
+        if name.lower() == "content-range":
+            return int(value.split()[1].split("-")[0])
+    return -1
+
+
+def _put_big(store: Store, key: str, data: bytes, upload: str) -> None:
+    """`data` at `key`, as `upload` says: "one-put" (one PUT), "parts-<MiB>" (a multipart
+    upload in parts of that size), "blocks" (Azure: 4 MiB blocks, no Content-MD5); "-etag":
+    without the CRC32 botocore sends by default (the object has its ETag alone)."""
+    if store.scheme == "az":
+        if upload != "blocks":
+            store.put(key, data)
+            return
+        from azure.storage.blob import ContainerClient
+
+        blocks = ContainerClient.from_connection_string(
+            store.emulator.env["AZURE_STORAGE_CONNECTION_STRING"],
+            store.bucket,
+            max_single_put_size=4 << 20,
+            max_block_size=4 << 20,
+        )
+        blocks.upload_blob(key, data)
+        return
+    import boto3
+    from boto3.s3.transfer import TransferConfig
+    from botocore.config import Config
+
+    checksum = "when_required" if upload.endswith("-etag") else "when_supported"
+    client = boto3.client(
+        "s3",
+        endpoint_url=store.emulator.endpoint,
+        config=Config(request_checksum_calculation=checksum),
+    )
+    if upload.startswith("one-put"):
+        client.put_object(Bucket=store.bucket, Key=key, Body=data)
+        return
+    part = int(upload.removeprefix("parts-").removesuffix("-etag")) << 20
+    config = TransferConfig(multipart_threshold=part, multipart_chunksize=part)
+    client.upload_fileobj(io.BytesIO(data), store.bucket, key, Config=config)
+
+
+NOT_VERIFIED = "not verified"
+PARTS = http_client.PART_BYTES >> 20  # the ranges' size, MiB
+RANGED = [  # scheme, upload, the digest a flipped byte fails
+    ("s3", f"parts-{PARTS}", "composite x-amz-checksum-crc32, of its 4 parts'"),
+    ("s3", f"parts-{PARTS}-etag", "multipart ETag, the MD5 of its 4 parts' MD5s"),
+    ("s3", "one-put", "x-amz-checksum-crc32"),
+    ("s3", "one-put-etag", "ETag"),
+    ("az", "one-put", "x-ms-blob-content-md5"),
+    ("az", "blocks", "Content-MD5 of the range"),
+]
+
+
+@pytest.mark.parametrize(
+    ("scheme", "upload", "source"), RANGED, ids=[f"{s}-{u}" for s, u, _ in RANGED]
+)
+def test_a_big_file_in_ranges_is_verified_and_one_flipped_byte_in_one_range_is_refused(
+    scheme: str,
+    upload: str,
+    source: str,
+    emulators: dict[str, Emulator],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    store = use_store_env(monkeypatch, emulators[scheme], scheme)
+    data = os.urandom(BIG)
+    store.put("m/1/model.xml", b"<net/>")
+    _put_big(store, "m/1/model.bin", data, upload)
+    good = OneByteFront(store.emulator.port)
+    bad = OneByteFront(store.emulator.port, at=http_client.PART_BYTES + 12345)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="ov_serverless.storage"):
+            url = _through(good, store, monkeypatch)
+            folder = open_repository(url, tmp_path / "good").fetch(1).folder
+        assert (folder / "model.bin").read_bytes() == data
+        assert NOT_VERIFIED not in caplog.text
+        with pytest.raises(
+            StorageError,
+            match=r"Cannot download \w+://.*/m/1/model\.bin: (bytes \d+-\d+: )?the downloaded "
+            r"bytes do not match the object's (MD5|CRC32) \(" + re.escape(source) + r"\): got "
+            r".*, expected",
+        ) as refused:
+            open_repository(_through(bad, store, monkeypatch), tmp_path / "bad").fetch(1)
+    finally:
+        good.close()
+        bad.close()
+    assert bad.flipped == 1
+    assert str(tmp_path) not in str(refused.value)
+    left = [p.name for p in (tmp_path / "bad").rglob("*") if p.is_file()]
+    assert not [name for name in left if "model" in name], left
+
+
+PLAIN = [
+    ("s3", "one-put", True),  # SSE-KMS (no MD5 ETag), and no checksum in its HEAD
+    ("s3", f"parts-{PARTS}", True),
+    ("s3", "parts-7", False),  # as many parts as ranges, of other sizes: its digests tell nothing
+    ("s3", "parts-7-etag", False),
+    ("az", "one-put", True),  # no Content-MD5 listed, nor of its ranges
+]
+
+
+@pytest.mark.parametrize(
+    ("scheme", "upload", "plain"), PLAIN, ids=[f"{s}-{u}-{p}" for s, u, p in PLAIN]
+)
+def test_a_big_file_whose_service_names_no_checksum_of_its_ranges_still_downloads(
+    scheme: str,
+    upload: str,
+    plain: bool,
+    emulators: dict[str, Emulator],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    store = use_store_env(monkeypatch, emulators[scheme], scheme)
+    data = os.urandom(BIG)
+    store.put("m/1/model.xml", b"<net/>")
+    _put_big(store, "m/1/model.bin", data, upload)
+    front = OneByteFront(store.emulator.port, plain=plain)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="ov_serverless.storage"):
+            url = _through(front, store, monkeypatch)
+            folder = open_repository(url, tmp_path / "cache").fetch(1).folder
+    finally:
+        front.close()
+    assert (folder / "model.bin").read_bytes() == data
+    assert f"model.bin: {NOT_VERIFIED}" in caplog.text

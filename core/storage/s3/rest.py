@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.client
+import logging
 import os
 import re
 import threading
@@ -31,13 +32,20 @@ from core.storage.backend import RemoteObject
 from core.storage.s3 import describe
 from core.storage.secrets import StorageError
 
+log = logging.getLogger("ov_serverless.storage")
+
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 T = TypeVar("T")
 _DNS_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
+_MULTIPART_ETAG = re.compile(r"([0-9a-fA-F]{32})-([0-9]{1,5})")
+_PARTS = re.compile(r"[0-9]{1,5}")
 # Full-object checksums GetObject names with x-amz-checksum-mode: ENABLED, best first (those
 # with a fast hasher here; CRC64NVME has none in the standard library)
 CHECKSUMS = ("crc32", "crc32c", "sha256", "sha1")
 CHECKSUM_MODE = {"x-amz-checksum-mode": "ENABLED"}
+# what a big object's whole digest is hashed with in order (the MD5 of a single-part upload
+# when it has no checksum: its only digest)
+IN_ORDER = frozenset({*CHECKSUMS, "md5"})
 
 
 @dataclass(frozen=True)
@@ -166,20 +174,95 @@ def _sha256(text: str) -> str:
 
 
 def digest(response: http_client.Response) -> checksums.Digest | None:
-    """The whole object's digest a GetObject answer names: a full-object x-amz-checksum-*
-    (a whole GET with checksum mode; a composite `<b64>-<parts>` is none), else the ETag of a
-    single-part upload stored without SSE-KMS or SSE-C (their ETags are no MD5)."""
+    """The whole object's digest a GetObject (or HeadObject) answer names: a full-object
+    x-amz-checksum-* (with checksum mode; a composite `<b64>-<parts>` is none), else the ETag
+    of a single-part upload stored without SSE-KMS or SSE-C (their ETags are no MD5)."""
+    return whole_digest(response.msg)
+
+
+def whole_digest(headers: http_client.Headers) -> checksums.Digest | None:
+    found = full_checksum(headers)
+    if found is not None or not etag_is_md5(headers):
+        return found
+    return checksums.from_hex_md5(headers.get("ETag", ""), "ETag")
+
+
+def full_checksum(headers: http_client.Headers) -> checksums.Digest | None:
+    """The full-object x-amz-checksum-* an answer with checksum mode names, best first (none
+    of type COMPOSITE, nor a composite's `<b64>-<parts>`)."""
+    if headers.get("x-amz-checksum-type", "").upper() == "COMPOSITE":
+        return None
     for name in CHECKSUMS:
-        value = response.getheader(f"x-amz-checksum-{name}", "")
+        value = headers.get(f"x-amz-checksum-{name}", "")
         found = checksums.from_base64(name, value, f"x-amz-checksum-{name}") if value else None
         if found is not None:
             return found
-    encryption = response.getheader("x-amz-server-side-encryption", "").lower()
-    if encryption.startswith("aws:kms") or response.getheader(
-        "x-amz-server-side-encryption-customer-algorithm"
-    ):
+    return None
+
+
+def maybe_composite(headers: http_client.Headers) -> bool:
+    """The answer's checksum may be a composite one named without its `-<parts>` and type
+    (moto's HEAD does so): of a multipart upload, of no stated type."""
+    return not headers.get("x-amz-checksum-type") and bool(etag_parts(headers))
+
+
+def etag_parts(headers: http_client.Headers) -> int:
+    return tag_parts(headers.get("ETag", ""))
+
+
+def tag_parts(tag: str) -> int:
+    """The number of parts a multipart upload's ETag (`"<hex>-<parts>"`) names; else 0."""
+    found = _MULTIPART_ETAG.fullmatch(tag.strip().strip('"'))
+    return int(found.group(2)) if found else 0
+
+
+def etag_is_md5(headers: http_client.Headers) -> bool:
+    """The ETag is an MD5 (of the object, or of its parts' MD5s): not so under SSE-KMS or
+    SSE-C."""
+    encryption = headers.get("x-amz-server-side-encryption", "").lower()
+    return not (
+        encryption.startswith("aws:kms")
+        or headers.get("x-amz-server-side-encryption-customer-algorithm")
+    )
+
+
+@dataclass(frozen=True)
+class PartsDigest:
+    """A digest made of an upload's `parts` parts' digests, all of `algorithm`: a composite
+    checksum (`<b64>-<parts>`: the checksum of the parts' raw checksums one after another) or
+    a multipart ETag (`<hex>-<parts>`: the MD5 of the parts' MD5s)."""
+
+    algorithm: str
+    want: bytes
+    parts: int
+    source: str
+
+    def made(self, digests: list[bytes]) -> bytes:
+        hasher = checksums.new_hasher(self.algorithm)
+        assert hasher is not None  # parts_digest names only algorithms at hand
+        hasher.update(b"".join(digests))
+        return hasher.digest()
+
+
+def parts_digest(headers: http_client.Headers, parts: int) -> PartsDigest | None:
+    """The digest of an upload in `parts` parts the answer names: a composite checksum (its
+    parts' CRCs cost little), else, with no full-object checksum, the multipart ETag; None
+    for an upload in another number of parts."""
+    if headers.get("x-amz-checksum-type", "").upper() != "FULL_OBJECT":
+        for name in CHECKSUMS:
+            value, dash, count = headers.get(f"x-amz-checksum-{name}", "").partition("-")
+            named = int(count) if dash and _PARTS.fullmatch(count) else etag_parts(headers)
+            found = checksums.from_base64(name, value, "") if named == parts else None
+            if found is not None:
+                source = f"composite x-amz-checksum-{name}, of its {parts} parts'"
+                return PartsDigest(name, found.want, parts, source)
+    if full_checksum(headers) is not None or not etag_is_md5(headers):
         return None
-    return checksums.from_hex_md5(response.getheader("ETag", ""), "ETag")
+    etag = _MULTIPART_ETAG.fullmatch(headers.get("ETag", "").strip().strip('"'))
+    if etag is None or int(etag.group(2)) != parts:
+        return None
+    source = f"multipart ETag, the MD5 of its {parts} parts' MD5s"
+    return PartsDigest("md5", bytes.fromhex(etag.group(1)), parts, source)
 
 
 class S3RestBackend:
@@ -230,7 +313,65 @@ class S3RestBackend:
             lambda headers, use: self._call(obj.key, {}, headers, what, use),
             digest=digest,
             whole=CHECKSUM_MODE,
+            ranges=self._ranges(obj, what),
         )
+
+    def _ranges(self, obj: RemoteObject, what: str) -> http_client.Ranges:
+        """A ranged GetObject names no checksum: a HEAD beside the ranges does. A full-object
+        checksum, or the ETag (an MD5) of a single-part upload, is hashed in order; a digest
+        made of the parts' (a composite checksum, else a multipart ETag) when the upload's
+        parts are the ranges (as many as the ranges, as boto3 and the AWS CLI upload), each
+        range hashed in its worker as it arrives."""
+        count = -(-obj.size // http_client.PART_BYTES)
+
+        def hashes(head: http_client.Headers) -> frozenset[str]:
+            made = parts_digest(head, count)
+            return frozenset({made.algorithm}) if made is not None else frozenset()
+
+        def whole(digests: list[dict[str, bytes]], head: http_client.Headers) -> str | None:
+            made = parts_digest(head, count)
+            return self._parts_problem(obj, made, digests, what) if made is not None else None
+
+        return http_client.Ranges(
+            side=lambda: self._head(obj, {}, what),
+            hashes=hashes if tag_parts(obj.tag) == count else None,
+            whole=whole,
+            named=lambda head: whole_digest(head) if head.get("ETag") else None,
+            tentative=maybe_composite,
+            in_order=IN_ORDER,
+        )
+
+    def _head(
+        self, obj: RemoteObject, query: dict[str, str], what: str
+    ) -> http_client.Headers:
+        headers = {**CHECKSUM_MODE, "If-Match": obj.tag}
+        return self._call(obj.key, query, headers, what, _headers, "HEAD")
+
+    def _parts_problem(
+        self, obj: RemoteObject, made: PartsDigest, digests: list[dict[str, bytes]], what: str
+    ) -> str | None:
+        """'' when the ranges' digests make the parts' digest; else the words of the error,
+        once a HEAD of each part confirmed the parts are the ranges (None: they are not, or
+        the endpoint cannot tell: then the digest says nothing of these bytes)."""
+        got = made.made([d[made.algorithm] for d in digests])
+        if got == made.want:
+            return ""
+        if not self._parts_are_ranges(obj, made.parts, what):
+            return None
+        return checksums.Digest(made.algorithm, made.want, made.source).mismatch(got)
+
+    def _parts_are_ranges(self, obj: RemoteObject, parts: int, what: str) -> bool:
+        for number in range(1, parts + 1):
+            size = min(http_client.PART_BYTES, obj.size - (number - 1) * http_client.PART_BYTES)
+            try:
+                head = self._head(obj, {"partNumber": str(number)}, what)
+            except StorageError as exc:
+                log.debug("%s: the parts' sizes are unknown: %s", what, exc)
+                return False
+            if head.get("Content-Length") != str(size):
+                log.debug("%s: not verified: uploaded in parts of other sizes", what)
+                return False
+        return True
 
     def _url(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
@@ -242,14 +383,16 @@ class S3RestBackend:
         headers: dict[str, str],
         what: str,
         use: Callable[[http_client.Response], T],
+        method: str = "GET",
     ) -> T:
-        """GET the key, retrying what boto3 retries; `use(response)` reads a 2xx response."""
+        """GET (or HEAD) the key, retrying what boto3 retries; `use(response)` reads a 2xx
+        response."""
 
         def fail(exc: http_client.Failure) -> StorageError:
             return StorageError(f"Cannot {what}: {describe(exc.code, exc.message, self.bucket)}")
 
         return http_client.retrying(
-            lambda: self._once(key, query, headers, use),
+            lambda: self._once(key, query, headers, use, method),
             fail,
             f"Cannot {what}: cannot reach the S3 endpoint",
             self._redirect,
@@ -261,14 +404,15 @@ class S3RestBackend:
         query: dict[str, str],
         headers: dict[str, str],
         use: Callable[[http_client.Response], T],
+        method: str,
     ) -> T:
         region, site = self._site
         path = f"{site.base}/{key}"
         signed = signed_headers(
-            "GET", site.host, path, query, headers, self._creds, region, datetime.now(UTC)
+            method, site.host, path, query, headers, self._creds, region, datetime.now(UTC)
         )
         url = quote(path, safe="/~") + (f"?{canonical_query(query)}" if query else "")
-        return self._connections.get(site.origin, url, signed, _failure, use)
+        return self._connections.get(site.origin, url, signed, _failure, use, method)
 
     def _redirect(self, exc: http_client.Failure) -> bool:
         """The bucket lives in the region the failure names: requests go there from now."""
@@ -279,6 +423,12 @@ class S3RestBackend:
             if region != self._site[0]:
                 self._site = (region, target(self.bucket, self._endpoint_url, region))
         return True
+
+
+def _headers(response: http_client.Response) -> http_client.Headers:
+    """A HEAD's answer: its headers, its empty body read (so the connection is kept)."""
+    response.read()
+    return response.msg
 
 
 def _failure(response: http.client.HTTPResponse, body: bytes) -> Failure:
