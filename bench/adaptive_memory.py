@@ -10,6 +10,11 @@ On the ResNet-50-sized FP16 IR (bench.models), each design is compiled in its ow
   streams2     one compile, NUM_STREAMS 2, INFERENCE_NUM_THREADS 4, pinning off (asks each
                stream for every core; the plugin's read-back is recorded)
   latency4     one LATENCY compile with 4 InferRequests serving the crowd too
+  latency_blob the LATENCY compile's exported blob imported (memory-mapped, as `serve` imports
+               a cached or baked blob): the baseline of the two designs below
+  two_blobs    LATENCY and THROUGHPUT each imported from its own blob (two mappings)
+  one_blob     the LATENCY blob imported twice from one mapping, the second time with the
+               THROUGHPUT hint (the CPU plugin applies the hint's streams at import)
   batchedN     one LATENCY compile with a dynamic batch dimension: a lone request runs as a
                batch of 1, a crowd gathered into batches of N (its 8-job figure: N images per
                inference, back to back)
@@ -51,6 +56,11 @@ DESIGNS: dict[str, list[tuple[dict[str, Any], int]]] = {
 }
 CACHED = "two_cached"
 BATCHED = {"batched4": 4, "batched8": 8}
+BLOBS: dict[str, list[tuple[str, str, int]]] = {  # (blob's hint, import hint, InferRequests)
+    "latency_blob": [("LATENCY", "LATENCY", 1)],
+    "two_blobs": [("LATENCY", "LATENCY", 1), ("THROUGHPUT", "THROUGHPUT", 4)],
+    "one_blob": [("LATENCY", "LATENCY", 1), ("LATENCY", "THROUGHPUT", 4)],
+}
 READBACK = (
     "NUM_STREAMS",
     "INFERENCE_NUM_THREADS",
@@ -74,6 +84,8 @@ def compile_design(core: ov.Core, model_file: Path, design: str, cache: Path | N
     is allocated, as after a server's first crowd)."""
     if design in BATCHED:
         return [batched(core, model_file, BATCHED[design])]
+    if design in BLOBS:
+        return imported(core, model_file, BLOBS[design])
     specs = DESIGNS["two" if design == CACHED else design]
     x = np.zeros((1, 3, 224, 224), np.float32)
     kept: list = []
@@ -90,6 +102,38 @@ def compile_design(core: ov.Core, model_file: Path, design: str, cache: Path | N
         queue.wait_all()
         kept.append((compiled, queue))
     del model
+    gc.collect()
+    return kept
+
+
+def blob_path(model_file: Path, hint: str) -> Path:
+    return model_file.with_name(f"{hint}.blob")
+
+
+def export_blobs(model_file: Path) -> None:
+    core = ov.Core()
+    for hint in ("LATENCY", "THROUGHPUT"):
+        compiled = core.compile_model(str(model_file), "CPU", {"PERFORMANCE_HINT": hint})
+        blob_path(model_file, hint).write_bytes(compiled.export_model().getvalue())
+
+
+def imported(core: ov.Core, model_file: Path, specs: list[tuple[str, str, int]]) -> list:
+    """Each (blob, hint, requests) imported as core.runtime.compiled_cache does (np.memmap,
+    copy on write, shared with the tensor), one mapping per blob file, requests run once."""
+    x = np.zeros((1, 3, 224, 224), np.float32)
+    maps: dict[str, np.memmap] = {}
+    kept: list = []
+    for blob, hint, jobs in specs:
+        if blob not in maps:
+            maps[blob] = np.memmap(blob_path(model_file, blob), dtype=np.uint8, mode="c")
+        tensor = ov.Tensor(maps[blob], shared_memory=True)
+        compiled = core.import_model(tensor, "CPU", {"PERFORMANCE_HINT": hint})
+        queue = ov.AsyncInferQueue(compiled, jobs)
+        for _ in range(2 * jobs):
+            queue.start_async({0: x})
+        queue.wait_all()
+        kept.append((compiled, queue))
+    kept.insert(0, maps)  # the mappings outlive the models that read them
     gc.collect()
     return kept
 
@@ -116,8 +160,10 @@ def child(model_file: Path, design: str, cache: Path | None) -> None:
 def memory(model_file: Path, rounds: int, root: Path) -> dict[str, Any]:
     """Per design, the median RSS of `rounds` children (alternating designs each round)."""
     cache = root / "cache"
-    runs: dict[str, list[dict[str, Any]]] = {d: [] for d in [*DESIGNS, CACHED, *BATCHED]}
+    designs = [*DESIGNS, CACHED, *BATCHED, *BLOBS]
+    runs: dict[str, list[dict[str, Any]]] = {d: [] for d in designs}
     _spawn(model_file, CACHED, cache)  # fills the cache: later children import
+    export_blobs(model_file)
     for _ in range(rounds):
         for design in runs:
             runs[design].append(_spawn(model_file, design, cache if design == CACHED else None))
@@ -129,8 +175,8 @@ def memory(model_file: Path, rounds: int, root: Path) -> dict[str, Any]:
             "all_rss": [r["VmRSS"] for r in rows],
             "readback": rows[0]["readback"],
         }
-    base = result["latency"]
-    for row in result.values():
+    for design, row in result.items():
+        base = result["latency_blob" if design in BLOBS else "latency"]
         row["extra_mb"] = row["VmRSS"] - base["VmRSS"]
         row["extra_anon_mb"] = row["RssAnon"] - base["RssAnon"]
     return result
