@@ -274,3 +274,30 @@ def test_one_blob_serves_both_variants_and_a_new_instance_maps_it_once(
     assert len(mapped_blobs(tmp_path)) == 1  # its weights' pages are resident once
     with imported.serving():
         np.testing.assert_allclose(run(imported), lone, rtol=1e-5, atol=1e-6)
+
+
+def test_a_blob_the_throughput_hint_cannot_import_leaves_a_compiled_throughput_variant(
+    model_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    version = load(model_folder, "ad-reimport")
+    version.export_blobs(tmp_path / "baked")
+    compiled_cache.configure(True, [str(tmp_path / "baked")])
+    real = compiled_cache.reimport
+
+    def latency_only(
+        core: Any, data: Any, device: str, properties: dict[str, Any], name: str
+    ) -> Any:
+        if properties.get("PERFORMANCE_HINT") == "THROUGHPUT":
+            return None  # as when the plugin refuses the blob with this hint
+        return real(core, data, device, properties, name)
+
+    monkeypatch.setattr(compiled_cache, "reimport", latency_only)
+    imported = load(model_folder, "ad-reimport2")
+    assert imported.timings["blob_hit"] == 1.0
+    lone = run(imported)
+    both_variants(imported)
+    second = imported._second
+    assert second is not None and second.blob is None  # compiled from the model instead
+    assert hint(imported, 1) == "THROUGHPUT"
+    with imported.serving():
+        np.testing.assert_allclose(run(imported), lone, rtol=1e-5, atol=1e-6)
