@@ -6,8 +6,9 @@ them) is compiled twice on the CPU: first with the LATENCY hint (one stream usin
 which serves as soon as it is ready, then, in the background once the first request has been
 answered, with the THROUGHPUT hint (one stream per core). Each request picks its variant when
 it starts: alone in flight, the latency variant; with others in flight, the throughput one (once
-compiled). Both compile from the same ov.Model; each has its own InferRequest pool and its own
-compiled-blob key. An explicit hint or stream count keeps its OVMS meaning: one compile, no
+compiled). Both compile from the same ov.Model, or, when the first came from a compiled blob,
+both import that blob (one mapping; on the CPU the hint's streams apply at import); each has
+its own InferRequest pool. An explicit hint or stream count keeps its OVMS meaning: one compile, no
 adaptation. One-request-per-instance hosts (Lambda) keep LATENCY only; stateful models and
 dynamically batched models keep one variant (a sequence lives on one InferRequest; the batcher
 already gathers concurrent requests into one inference).
@@ -40,7 +41,7 @@ class Variant:
     compiled: ov.CompiledModel
     pool: queue.Queue[ov.InferRequest]
     served: Any  # the metrics sample counting the requests it served
-    blob: Any = None  # an imported blob's memory map, backing the compiled weights
+    blob: Any = None  # an imported blob's memory map (shared by both variants), backing weights
 
 
 def applies(concurrent: bool, device: str, explicit: Iterable[str], single: bool) -> bool:

@@ -194,15 +194,28 @@ def load(
     its weights from: keep it alive as long as the model); None when it does not import."""
     try:
         data = np.memmap(path, dtype=np.uint8, mode="c")
-        compiled = core.import_model(
+    except (OSError, ValueError) as exc:
+        log.warning("Compiled blob %s did not import (%s); compiling instead", path, exc)
+        return None
+    compiled = reimport(core, data, device, properties, str(path))
+    return None if compiled is None else (compiled, data)
+
+
+def reimport(
+    core: ov.Core, data: np.memmap, device: str, properties: dict[str, Any], name: str
+) -> ov.CompiledModel | None:
+    """A compiled model imported from a blob already mapped (`data`) with `properties`; None
+    when it does not import. One mapping can serve several imports (on the CPU the hint's
+    streams apply at import), so its file pages are resident once for all of them."""
+    try:
+        return core.import_model(
             ov.Tensor(data, shared_memory=True),
             device,
             {k: v for k, v in properties.items() if k != "CACHE_DIR"},
         )
     except (RuntimeError, OSError, ValueError) as exc:
-        log.warning("Compiled blob %s did not import (%s); compiling instead", path, exc)
+        log.warning("Compiled blob %s did not import (%s); compiling instead", name, exc)
         return None
-    return compiled, data
 
 
 def save_later(
@@ -269,5 +282,5 @@ def export_manager(manager: Any, folder: Path, per_version: bool = False) -> lis
     for served in manager.models.values():
         for number, version in sorted(served.versions.items()):
             into = folder / served.name / str(number) / BLOB_FOLDER if per_version else folder
-            written.extend(version.export_blobs(into))  # an adaptive version has two
+            written.extend(version.export_blobs(into))
     return written

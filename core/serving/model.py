@@ -215,24 +215,21 @@ class ModelVersion:
             f"variant-{self.name}-{self.version}",
         )
 
-    def _second_key(self) -> tuple[str, dict[str, Any], str]:
-        """The throughput variant's device, compile properties and blob key."""
+    def _second_args(self) -> tuple[str, dict[str, Any]]:
+        """The throughput variant's device and compile properties."""
         device, properties = self._variant_args
-        wanted = adaptive.hinted(properties, adaptive.THROUGHPUT)
-        return device, wanted, self._blob_name(ov_core(), device, wanted)
+        return device, adaptive.hinted(properties, adaptive.THROUGHPUT)
 
     def _compile_second(self, model: ov.Model | None, aliases: Any) -> None:
         """Import or compile the throughput variant and start routing crowds to it (once)."""
-        from core.runtime import compiled_cache
-
         with self._second_lock:
             if self._second is not None or self._retiring():
                 return
             core = ov_core()
-            device, wanted, key = self._second_key()
+            device, wanted = self._second_args()
             started = time.perf_counter()
             try:
-                compiled, blob = self._variant_model(core, device, wanted, key, model, aliases)
+                compiled, blob = self._variant_model(core, device, wanted, model, aliases)
             except (ServingError, RuntimeError, OSError, ValueError, TypeError) as exc:
                 log.warning(
                     "Version %d of model %s: no throughput variant (%s); every request "
@@ -258,28 +255,27 @@ class ModelVersion:
             labels = (self.name, str(self.version))
             metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).inc(second.pool.qsize())
             metrics.STREAMS.labels(*labels).set(max(_streams(compiled), _streams(first.compiled)))
-            if key:
-                compiled_cache.save_later(
-                    compiled, key, self.cache_dir, self._export_gate, self._retiring
-                )
 
     def _variant_model(
         self,
         core: ov.Core,
         device: str,
         properties: dict[str, Any],
-        key: str,
         model: ov.Model | None,
         aliases: Any,
     ) -> tuple[ov.CompiledModel, np.memmap | None]:
-        """The variant's blob when one has its key, else a compile of the version's model (the
-        one the first variant compiled, or read again when that one came from a blob)."""
+        """The throughput variant: the latency variant's blob imported again with its own hint
+        when that variant came from a blob (one mapping: its pages are resident once, and one
+        blob serves both), else a compile of the version's model (the one the first variant
+        compiled, or read again)."""
         from core.runtime import compiled_cache
 
-        found = compiled_cache.find(key, self.files, self.cache_dir) if key else None
-        imported = compiled_cache.load(core, found, device, properties) if found else None
-        if imported is not None:
-            return imported
+        first = self._first
+        blob = first.blob if first is not None else None
+        if blob is not None:
+            compiled = compiled_cache.reimport(core, blob, device, properties, self.blob_key)
+            if compiled is not None:
+                return compiled, blob
         if model is None:
             read_s = self.timings.get("read_s", 0.0)
             model = self._read(self.model_file or self._model_path(), aliases)
@@ -301,20 +297,10 @@ class ModelVersion:
         return compiled_cache.write(compiled, self.blob_key, folder)
 
     def export_blobs(self, folder: Path) -> list[Path]:
-        """export_blob, and for an adaptive version its throughput variant's blob too (compiled
-        now if the background has not yet): each variant has its own key."""
-        from core.runtime import compiled_cache
-
+        """export_blob as a list: an adaptive version's throughput variant imports the same
+        blob with its own hint, so one blob serves both variants."""
         first = self.export_blob(folder)
-        if first is None:
-            return []
-        if not self._adapts:
-            return [first]
-        self._compile_second(None, _mapping(self.folder))  # a no-op once compiled
-        second, key = self._second, self._second_key()[2]
-        if second is None or not key:
-            return [first]
-        return [first, compiled_cache.write(second.compiled, key, folder)]
+        return [] if first is None else [first]
 
     def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
         """The compiled blob's key; "" when the config disallows blobs."""
@@ -579,12 +565,6 @@ def _cause(exc: Exception) -> str:
     ]
     text = " ".join(useful) or " ".join(line for line in lines if line)
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, RuntimeError) else text
-
-
-def _mapping(folder: Path) -> Any:
-    from core.runtime import mapping
-
-    return mapping.load(folder)
 
 
 def _graph_extras(config: ModelConfig, fit: Fit) -> tuple[object, ...]:

@@ -248,19 +248,56 @@ def test_auto_batch_reload_and_new_versions_adapt_too(tmp_path: Path) -> None:
                 version.retire(grace=0)
 
 
-def test_each_variant_has_its_own_blob_and_a_new_instance_imports_both(
+def mapped_blobs(folder: Path) -> set[str]:
+    """The .blob files under `folder` that this process has memory-mapped (/proc/self/maps)."""
+    root = str(folder.resolve())
+    lines = Path("/proc/self/maps").read_text().splitlines()
+    paths = (line.split(maxsplit=5)[-1] for line in lines)
+    return {path for path in paths if path.startswith(root) and path.endswith(".blob")}
+
+
+def test_one_blob_serves_both_variants_and_a_new_instance_maps_it_once(
     model_folder: Path, tmp_path: Path
 ) -> None:
     version = load(model_folder, "ad-blobs")
     blobs = version.export_blobs(tmp_path / "baked")
-    assert len(blobs) == 2 and blobs[0].name == f"{version.blob_key}.blob"
-    assert len({blob.name for blob in blobs}) == 2
+    assert [blob.name for blob in blobs] == [f"{version.blob_key}.blob"]
     compiled_cache.configure(True, [str(tmp_path / "baked")])
     imported = load(model_folder, "ad-blobs2")
     assert imported.timings["blob_hit"] == 1.0
     lone = run(imported)
     both_variants(imported)
+    first, second = imported._first, imported._second
+    assert first is not None and second is not None
+    assert second.blob is not None and second.blob is first.blob  # imported, not compiled
+    assert hint(imported, 1) == "THROUGHPUT"  # the blob imported with the variant's own hint
+    assert len(mapped_blobs(tmp_path)) == 1  # its weights' pages are resident once
+    with imported.serving():
+        np.testing.assert_allclose(run(imported), lone, rtol=1e-5, atol=1e-6)
+
+
+def test_a_blob_the_throughput_hint_cannot_import_leaves_a_compiled_throughput_variant(
+    model_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    version = load(model_folder, "ad-reimport")
+    version.export_blobs(tmp_path / "baked")
+    compiled_cache.configure(True, [str(tmp_path / "baked")])
+    real = compiled_cache.reimport
+
+    def latency_only(
+        core: Any, data: Any, device: str, properties: dict[str, Any], name: str
+    ) -> Any:
+        if properties.get("PERFORMANCE_HINT") == "THROUGHPUT":
+            return None  # as when the plugin refuses the blob with this hint
+        return real(core, data, device, properties, name)
+
+    monkeypatch.setattr(compiled_cache, "reimport", latency_only)
+    imported = load(model_folder, "ad-reimport2")
+    assert imported.timings["blob_hit"] == 1.0
+    lone = run(imported)
+    both_variants(imported)
     second = imported._second
-    assert second is not None and second.blob is not None  # imported, not compiled
+    assert second is not None and second.blob is None  # compiled from the model instead
+    assert hint(imported, 1) == "THROUGHPUT"
     with imported.serving():
         np.testing.assert_allclose(run(imported), lone, rtol=1e-5, atol=1e-6)

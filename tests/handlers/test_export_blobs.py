@@ -17,6 +17,7 @@ from core.runtime import compiled_cache
 from core.serving.registry import ModelManager
 from demo.models import write_demo_repository
 from handlers import cli
+from tests.reload.helpers import wait_for
 
 
 @pytest.fixture
@@ -94,26 +95,29 @@ def test_per_version_blobs_copied_beside_their_versions_are_imported(
     assert _hits(_start(repo, tmp_path / "cache")) == {"classifier": 1.0, "scaler": 1.0}
 
 
-def test_concurrent_blobs_are_the_ones_a_concurrent_host_imports(
+def test_concurrent_blobs_are_the_ones_a_concurrent_host_imports_for_both_variants(
     repo: Path, tmp_path: Path
 ) -> None:
-    """A concurrent host compiles each model twice (core.runtime.adaptive): its LATENCY compile is a
-    one-request host's, its THROUGHPUT one is its own; each host takes the blobs it needs."""
+    """A concurrent host serves each untuned model on two variants (core.runtime.adaptive); both
+    import the one LATENCY blob a one-request host imports too, each with its own hint."""
     assert _export(repo, tmp_path / "one") == 0
     assert _export(repo, tmp_path / "many", "--concurrent") == 0
     one = {p.name for p in (tmp_path / "one").glob("*.blob")}
     many = {p.name for p in (tmp_path / "many").glob("*.blob")}
-    assert len(one) == 2 and len(many) == 4 and one < many
+    assert len(one) == 2 and many == one
     concurrent = _start(repo, tmp_path / "c1", tmp_path / "many", concurrent=True)
     assert _hits(concurrent) == {"classifier": 1.0, "scaler": 1.0}
+    assert _scaled(concurrent)[0] == 200  # the first answer lets the throughput variant load
+    scaler = concurrent.manager.models["scaler"].versions[1]
+    wait_for(lambda: scaler.variants == ("latency", "throughput"), "the throughput variant", 60)
+    first, second = scaler._first, scaler._second
+    assert first is not None and second is not None
+    assert second.blob is not None and second.blob is first.blob  # imported, not compiled
     latency = _start(repo, tmp_path / "c2", tmp_path / "many")
     assert _hits(latency) == {"classifier": 1.0, "scaler": 1.0}
-    throughput_only = tmp_path / "throughput-only"
-    throughput_only.mkdir()
-    for name in many - one:
-        shutil.copy(tmp_path / "many" / name, throughput_only / name)
-    latency = _start(repo, tmp_path / "c3", throughput_only)
-    assert _hits(latency) == {"classifier": 0.0, "scaler": 0.0}
+    for app in (concurrent, latency):
+        for served in app.manager.models.values():
+            served.versions[1].retire(grace=0)
 
 
 def test_a_version_that_does_not_load_fails_the_export_and_the_rest_are_written(
