@@ -17,14 +17,12 @@ from http import HTTPStatus
 import orjson
 
 from core import dataplane, errors, logs
-from core.codecs import documents, kserve_rest, tfs_rest
+from core.codecs import documents, kserve_rest, openai, tfs_rest
 from core.codecs.common import dumps
 from core.config import Settings
 from core.cors import Cors
 from core.dataplane import DataPlane
-from core.openai import endpoints as openai
 from core.serving.registry import ModelManager
-from core.tensors import limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +71,8 @@ class App:
 
     def __init__(self, manager: ModelManager, settings: Settings) -> None:
         self.manager = manager
-        self.plane = DataPlane(manager, "REST")
+        self.plane = DataPlane(manager, "REST", settings.limits)
         self.settings = settings
-        limits.configure(settings.limits)
         self._cors = Cors(settings.cors)
         self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (
@@ -263,19 +260,20 @@ class App:
         return Response(200, body, headers)
 
     def _openai_embeddings(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(openai.embeddings(self.manager, req.body))
+        return json_response(self.plane.embeddings(openai.EmbeddingsCall(req.body)))
 
     def _openai_rerank(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(openai.rerank(self.manager, req.body))
+        return json_response(self.plane.rerank(openai.RerankCall(req.body)))
 
     def _openai_tokenize(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(openai.tokenize(self.manager, req.body))
+        return json_response(self.plane.tokenize(openai.TokenizeCall(req.body)))
 
     def _openai_models(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(openai.model_list(self.manager))
+        return json_response(openai.model_list(self.plane.listed_models(), int(time.time())))
 
     def _openai_model(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(openai.model_info(self.manager, m["name"]))
+        name = self.plane.listed_model(m["name"])
+        return json_response(openai.model_info(name, int(time.time())))
 
     def _metrics(self, req: Request, m: re.Match[str]) -> Response:
         from core import metrics

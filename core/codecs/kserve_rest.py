@@ -30,7 +30,9 @@ from core.codecs.common import (
 )
 from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError
-from core.tensors import dtypes, limits
+from core.tensors import dtypes
+from core.tensors.limits import DEFAULT as DEFAULT_LIMITS
+from core.tensors.limits import Limits, check_shape
 from core.tensors.spec import Inputs, TensorSpec, check_precision
 
 BAD_ID = "Could not parse input content. Not valid ndarray detected"  # OVMS's text for it
@@ -45,7 +47,12 @@ class InferRequest:
     binary_default: bool = False
 
 
-def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpec]) -> InferRequest:
+def decode(
+    body: bytes,
+    header_length: str | None,
+    specs: Mapping[str, TensorSpec],
+    limits: Limits = DEFAULT_LIMITS,
+) -> InferRequest:
     json_part, binary = _split(body, header_length)
     doc = with_document(json_part, lambda parsed: _fast(parsed, json_part))
     if doc is None:
@@ -58,7 +65,7 @@ def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpe
     reader = _BinaryReader(binary)
     inputs: Inputs = {}
     for index, item in enumerate(doc["inputs"]):
-        name, array = _tensor(item, index, reader, specs, single=len(doc["inputs"]) == 1)
+        name, array = _tensor(item, index, reader, specs, limits, len(doc["inputs"]) == 1)
         if name in inputs:
             raise InvalidInputError(f"Duplicated input name: {name}")
         inputs[name] = array
@@ -191,6 +198,7 @@ def _tensor(
     index: int,
     reader: _BinaryReader,
     specs: Mapping[str, TensorSpec],
+    limits: Limits,
     single: bool = False,
 ) -> tuple[str, np.ndarray]:
     if not isinstance(item, dict):
@@ -201,7 +209,7 @@ def _tensor(
             f"Invalid JSON structure. inputs[{index}] needs name, shape and datatype"
         )
     dtype = dtypes.from_kserve(datatype)
-    count = limits.check_shape(shape, name, dtype.numpy.itemsize)
+    count = check_shape(limits, shape, name, dtype.numpy.itemsize)
     spec = specs.get(name)
     if spec is not None and not (dtype is dtypes.BYTES and spec.image_layout):
         check_precision(spec, dtype)
@@ -308,8 +316,8 @@ class InferCall:
         self.header_length = header_length
         self.request = InferRequest({})
 
-    def decode(self, servable: Signed) -> Inputs:
-        self.request = decode(self.body, self.header_length, servable.inputs)
+    def decode(self, servable: Signed, limits: Limits) -> Inputs:
+        self.request = decode(self.body, self.header_length, servable.inputs, limits)
         return self.request.inputs
 
     def encode(

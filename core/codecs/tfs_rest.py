@@ -29,6 +29,7 @@ from core.codecs.common import (
 from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError
 from core.tensors import dtypes
+from core.tensors.limits import Limits
 from core.tensors.spec import Inputs, TensorSpec
 
 ROW = "row"
@@ -191,7 +192,9 @@ class PredictCall:
         self.body = body
         self.form = ROW
 
-    def decode(self, servable: Signed) -> Inputs:
+    def decode(self, servable: Signed, limits: Limits) -> Inputs:
+        """The JSON path allocates as it parses (the body limit bounds it); the data plane
+        checks the decoded arrays against `limits`."""
         inputs, self.form = decode(self.body, servable.inputs)
         return inputs
 
