@@ -18,7 +18,7 @@ import orjson
 
 from core import dataplane, errors, logs
 from core.codecs import documents, kserve_rest, openai, tfs_rest
-from core.codecs.common import dumps
+from core.codecs.json import dumps
 from core.config import Settings
 from core.cors import Cors
 from core.dataplane import DataPlane

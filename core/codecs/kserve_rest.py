@@ -15,20 +15,22 @@ from typing import Any
 import numpy as np
 
 from core.codecs.binary import from_binary, to_binary
-from core.codecs.common import (
+from core.codecs.documents import Named, Signed
+from core.codecs.fast_json import (
     brackets,
-    cast_numbers,
-    dumps,
     fast_numeric,
     is_array,
     is_object,
-    json_tensor,
-    loads,
     members,
     plain,
     with_document,
 )
-from core.codecs.documents import Named, Signed
+from core.codecs.json import (
+    cast_numbers,
+    dumps,
+    json_tensor,
+    loads,
+)
 from core.errors import InvalidInputError
 from core.tensors import dtypes
 from core.tensors.limits import DEFAULT as DEFAULT_LIMITS
@@ -90,7 +92,7 @@ def decode(
 
 def _fast(doc: Any, text: bytes) -> dict[str, Any] | None:
     """The request document with each numeric "data" already an array of the declared
-    datatype (see core.codecs.common), or None: then the exact (orjson) path decodes it."""
+    datatype (see core.codecs.fast_json), or None: then the exact (orjson) path decodes it."""
     fields = members(doc) if is_object(doc) else None
     if fields is None or not is_array(fields.get("inputs")):
         return None

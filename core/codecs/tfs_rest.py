@@ -11,22 +11,24 @@ from typing import Any
 
 import numpy as np
 
-from core.codecs.common import (
+from core.codecs.documents import Named, Signed
+from core.codecs.fast_json import (
     brackets,
-    bytes_array,
-    dumps,
     fast_numeric,
     is_array,
-    is_binary_leaf,
     is_object,
-    json_tensor,
-    loads,
     members,
-    named_bytes_as_b64,
-    numeric_array,
     with_document,
 )
-from core.codecs.documents import Named, Signed
+from core.codecs.json import (
+    bytes_array,
+    dumps,
+    is_binary_leaf,
+    json_tensor,
+    loads,
+    named_bytes_as_b64,
+    numeric_array,
+)
 from core.errors import InvalidInputError
 from core.tensors import dtypes
 from core.tensors.limits import Limits
@@ -51,7 +53,7 @@ def decode(body: bytes, specs: Mapping[str, TensorSpec]) -> tuple[Inputs, str]:
 
 
 def _fast(doc: Any, body: bytes, specs: Mapping[str, TensorSpec]) -> tuple[Inputs, str] | None:
-    """Big numeric bodies without Python floats (see core.codecs.common); None: the exact path.
+    """Big numeric bodies without Python floats (see core.codecs.fast_json); None: the exact path.
 
     Covers `{"instances": <numbers>}` and `{"inputs": <numbers>}` for a one-input model,
     `{"inputs": {name: <numbers>, ...}}` and `{"instances": [{name: <numbers>, ...}, ...]}`
