@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from core.codecs.binary import from_binary, to_binary
+from core.codecs.binary import BinaryReader, from_binary, split_body, to_binary
 from core.codecs.documents import Named, Signed
 from core.codecs.fast_json import (
     brackets,
@@ -55,7 +55,7 @@ def decode(
     specs: Mapping[str, TensorSpec],
     limits: Limits = DEFAULT_LIMITS,
 ) -> InferRequest:
-    json_part, binary = _split(body, header_length)
+    json_part, binary = split_body(body, header_length)
     doc = with_document(json_part, lambda parsed: _fast(parsed, json_part))
     if doc is None:
         doc = loads(json_part)
@@ -64,7 +64,7 @@ def decode(
     request_id, params = _id(doc), _parameters(doc)  # checked before the inputs, as OVMS does
     if not isinstance(doc.get("inputs"), list):
         raise InvalidInputError("Invalid JSON structure. 'inputs' must be a list of tensors")
-    reader = _BinaryReader(binary)
+    reader = BinaryReader(binary)
     inputs: Inputs = {}
     for index, item in enumerate(doc["inputs"]):
         name, array = _tensor(item, index, reader, specs, limits, len(doc["inputs"]) == 1)
@@ -141,19 +141,6 @@ def _fast_tensor(item: Any) -> tuple[dict[str, Any], int] | None:
     return entry, expected
 
 
-def _split(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
-    """(JSON header, binary tensors); the tensors stay a view of the body (no copy)."""
-    if header_length is None:
-        return body, memoryview(b"")
-    text = header_length.strip()
-    if not (text.isascii() and text.isdigit() and len(text) <= 18) or int(text) > len(body):
-        raise InvalidInputError(
-            "Inference-Header-Content-Length header is invalid and couldn't be parsed"
-        )
-    cut = int(text)
-    return body[:cut], memoryview(body)[cut:]
-
-
 def _id(doc: dict[str, Any]) -> str | None:
     """The request's "id", echoed in the response; OVMS refuses one that is not a string."""
     if "id" not in doc:
@@ -176,29 +163,10 @@ def _parameters(owner: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-class _BinaryReader:
-    def __init__(self, data: memoryview) -> None:
-        self.view = data
-        self.offset = 0
-
-    @property
-    def remaining(self) -> int:
-        return len(self.view) - self.offset
-
-    def take(self, size: int) -> memoryview:
-        if self.offset + size > len(self.view):
-            raise InvalidInputError(
-                "Received buffer size is smaller than binary_data_size parameter indicates"
-            )
-        chunk = self.view[self.offset : self.offset + size]
-        self.offset += size
-        return chunk
-
-
 def _tensor(
     item: Any,
     index: int,
-    reader: _BinaryReader,
+    reader: BinaryReader,
     specs: Mapping[str, TensorSpec],
     limits: Limits,
     single: bool = False,
