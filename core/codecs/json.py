@@ -148,7 +148,7 @@ def bytes_array(value: Any, where: str) -> np.ndarray:
     leaves = walk(value)
     array = np.empty(_nested_shape(leaves, where), dtype=object)
     flat = array.reshape(-1)
-    flat[:] = _flatten(leaves)
+    flat[:] = flatten(leaves)
     return array
 
 
@@ -174,12 +174,13 @@ def _nested_shape(value: Any, where: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _flatten(value: Any) -> list[Any]:
+def flatten(value: Any) -> list[Any]:
+    """The leaves of nested lists, in order."""
     if not isinstance(value, list):
         return [value]
     out: list[Any] = []
     for item in value:
-        out.extend(_flatten(item))
+        out.extend(flatten(item))
     return out
 
 
@@ -219,7 +220,7 @@ def cast_numbers(value: Any, array: np.ndarray, dtype: np.dtype, name: str) -> n
 def _exact_integers(value: Any, dtype: np.dtype, name: str) -> np.ndarray:
     info = np.iinfo(dtype)
     exact: list[int] = []
-    for item in _flatten(value):
+    for item in flatten(value):
         if isinstance(item, float):
             if not (item.is_integer() and abs(item) <= EXACT_INT):
                 raise _range_error(dtype, name)

@@ -28,6 +28,7 @@ from core.codecs.fast_json import (
 from core.codecs.json import (
     cast_numbers,
     dumps,
+    flatten,
     json_tensor,
     loads,
 )
@@ -210,7 +211,7 @@ def _from_json(
     data: Any, dtype: dtypes.DType, shape: list[int], count: int, name: str
 ) -> np.ndarray:
     if dtype is dtypes.BYTES:
-        flat = _flatten(data)
+        flat = flatten(data)
         if not all(isinstance(x, str) for x in flat):
             raise InvalidInputError(f"BYTES input {name} takes strings")
         array = np.empty(len(flat), dtype=object)
@@ -230,15 +231,6 @@ def _from_json(
             f"input name: {name}"
         )
     return array.reshape(shape)
-
-
-def _flatten(data: Any) -> list[Any]:
-    if not isinstance(data, list):
-        return [data]
-    out: list[Any] = []
-    for item in data:
-        out.extend(_flatten(item))
-    return out
 
 
 def encode(
