@@ -258,6 +258,26 @@ def inference(name: str, version: int) -> Iterator[None]:
 
 
 @contextmanager
+def graph(interface: str, name: str) -> Iterator[None]:
+    """One request to a text model, counted as OVMS counts a MediaPipe graph's (api "V3",
+    method "Unary"): request success/fail, accepted, responses or graph errors, in process."""
+    labels = ("V3", interface, "Unary", name)
+    with track(*labels, None):
+        GRAPH_ACCEPTED.labels(*labels).inc()
+        current = CURRENT_GRAPHS.labels(name)
+        current.inc()
+        try:
+            yield
+        except InvalidInputError:
+            GRAPH_ERROR.labels(*labels).inc()
+            raise
+        else:
+            GRAPH_RESPONSES.labels(*labels).inc()
+        finally:
+            current.dec()
+
+
+@contextmanager
 def track(api: str, interface: str, method: str, name: str, version: int | None) -> Iterator[Track]:
     """Count one request as success or failure and time it."""
     record = Track(api, interface, method, name, version)
@@ -276,26 +296,6 @@ def track(api: str, interface: str, method: str, name: str, version: int | None)
             REQUEST_TIME.labels(interface, name, _v(record.version)).observe(
                 (time.perf_counter() - started) * 1e6
             )
-
-
-@contextmanager
-def graph(interface: str, name: str) -> Iterator[None]:
-    """One request to a text model, counted as OVMS counts a MediaPipe graph's (api "V3",
-    method "Unary"): request success/fail, accepted, responses or graph errors, in process."""
-    labels = ("V3", interface, "Unary", name)
-    with track(*labels, None):
-        GRAPH_ACCEPTED.labels(*labels).inc()
-        current = CURRENT_GRAPHS.labels(name)
-        current.inc()
-        try:
-            yield
-        except InvalidInputError:
-            GRAPH_ERROR.labels(*labels).inc()
-            raise
-        else:
-            GRAPH_RESPONSES.labels(*labels).inc()
-        finally:
-            current.dec()
 
 
 def _v(version: int | None) -> str:

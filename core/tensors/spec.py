@@ -113,7 +113,8 @@ def check_precision(spec: TensorSpec, actual: DType) -> None:
 
 
 def validate(specs: Mapping[str, TensorSpec], inputs: Inputs) -> Inputs:
-    """Check names, dtypes and shapes (images are decoded before, by core.codecs.images)."""
+    """Check names, dtypes and shapes against the signature (images are decoded before, by
+    core.codecs.images; the request limits are checked before, by the data plane)."""
     check_names(specs, inputs)
     ready: Inputs = {}
     for name, spec in specs.items():
