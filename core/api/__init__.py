@@ -9,11 +9,9 @@ import threading
 
 from core.api.messages import (
     JSON,
-    MethodNotAllowed,
     Request,
     Response,
     error_response,
-    json_response,
     make_request,
     reason_phrase,
 )
@@ -24,12 +22,10 @@ from core.serving.registry import ModelManager
 __all__ = [
     "JSON",
     "App",
-    "MethodNotAllowed",
     "Request",
     "Response",
     "default_app",
     "error_response",
-    "json_response",
     "make_request",
     "reason_phrase",
 ]
