@@ -233,7 +233,7 @@ def decode_bench(x: np.ndarray, repeat: int) -> dict[str, float]:
     KServe) against np.fromstring(sep=",") and a bare simdjson parse of the same numbers."""
     import simdjson
 
-    from core.codecs import common, kserve_rest, tfs_rest
+    from core.codecs import fast_json, kserve_rest, tfs_rest
     from core.tensors import dtypes
     from core.tensors.spec import TensorSpec
 
@@ -272,14 +272,14 @@ def decode_bench(x: np.ndarray, repeat: int) -> dict[str, float]:
         name: 1e3 * statistics.median(latencies(call, repeat, warmup=2))
         for name, call in calls.items()
     }
-    saved, common.simdjson = common.simdjson, None  # the orjson path every body took before
+    saved, fast_json.simdjson = fast_json.simdjson, None  # the orjson path every body took before
     try:
         out["tfs_exact_ms"] = 1e3 * statistics.median(latencies(calls["tfs_decode_ms"], repeat))
         out["tfs_named_rows_exact_ms"] = 1e3 * statistics.median(
             latencies(calls["tfs_named_rows_ms"], repeat)
         )
     finally:
-        common.simdjson = saved
+        fast_json.simdjson = saved
     out["body_bytes"] = float(len(tfs))
     return out
 

@@ -74,7 +74,7 @@ def export_model(out: Path) -> Path:
 def direct_runner(folder: Path) -> Any:
     import openvino as ov
 
-    from core.openai.servable import load_tokenizers_extension
+    from core.openai.tokenizer import load_tokenizers_extension
     from core.runtime.ov_core import ov_core
 
     load_tokenizers_extension()

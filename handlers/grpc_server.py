@@ -222,7 +222,7 @@ def build(
         **dict(getattr(args, "grpc_channel_arguments", [])),
     }  # the user's win
     server = grpc.server(executor, options=list(options.items()))
-    plane = DataPlane(manager, "gRPC")
+    plane = DataPlane(manager, "gRPC", manager.settings.limits)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         PredictionService(plane), server
     )

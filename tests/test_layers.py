@@ -22,16 +22,9 @@ PACKAGES = ("core", "handlers")
 LAYERS: list[dict[str, tuple[str, ...]]] = [
     {"handlers": ("handlers",)},
     {"api": ("core.api",)},
-    {"dataplane": ("core.dataplane", "core.openai.endpoints")},
+    {"dataplane": ("core.dataplane",)},
     {"codecs": ("core.codecs",)},
-    {
-        "serving": (
-            "core.serving",
-            "core.openai.servable",
-            "core.openai.options",
-            "core.openai.layout",
-        )
-    },
+    {"serving": ("core.serving", "core.openai")},  # core.openai: the text model servables
     {"runtime": ("core.runtime",)},
     {"config": ("core.config", "core.config.pipelines")},
     {

@@ -13,6 +13,40 @@ from core.errors import InvalidInputError
 from core.tensors import dtypes
 
 
+def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
+    """(JSON header, binary tensors); the tensors stay a view of the body (no copy)."""
+    if header_length is None:
+        return body, memoryview(b"")
+    text = header_length.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 18) or int(text) > len(body):
+        raise InvalidInputError(
+            "Inference-Header-Content-Length header is invalid and couldn't be parsed"
+        )
+    cut = int(text)
+    return body[:cut], memoryview(body)[cut:]
+
+
+class BinaryReader:
+    """The binary part of a KServe REST body, read input by input (binary_data_size)."""
+
+    def __init__(self, data: memoryview) -> None:
+        self.view = data
+        self.offset = 0
+
+    @property
+    def remaining(self) -> int:
+        return len(self.view) - self.offset
+
+    def take(self, size: int) -> memoryview:
+        if self.offset + size > len(self.view):
+            raise InvalidInputError(
+                "Received buffer size is smaller than binary_data_size parameter indicates"
+            )
+        chunk = self.view[self.offset : self.offset + size]
+        self.offset += size
+        return chunk
+
+
 def from_binary(
     chunk: memoryview, dtype: dtypes.DType, shape: list[int], count: int, name: str
 ) -> np.ndarray:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.errors import ImageDecodeError, InvalidInputError
-from core.tensors import dtypes, limits
+from core.tensors import dtypes
+from core.tensors.limits import DEFAULT as DEFAULT_LIMITS
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -30,7 +31,10 @@ _GREY_MODES = frozenset({"1", "L", "LA", "La"})
 
 
 def decode_inputs(
-    specs: Mapping[str, TensorSpec], inputs: Inputs, color_format: str = "BGR"
+    specs: Mapping[str, TensorSpec],
+    inputs: Inputs,
+    color_format: str = "BGR",
+    max_pixels: int = DEFAULT_LIMITS.max_image_pixels,
 ) -> Inputs:
     """`inputs` with every batch of encoded images sent to a numeric input decoded to that
     input's layout, size and precision; other inputs pass through untouched."""
@@ -44,11 +48,16 @@ def decode_inputs(
                 "Received binary image input but resource not configured to accept "
                 f"NHWC layout; input name: {name}"
             )
-        decoded[name] = decode_batch(array, spec, color_format)
+        decoded[name] = decode_batch(array, spec, color_format, max_pixels)
     return decoded
 
 
-def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR") -> np.ndarray:
+def decode_batch(
+    items: np.ndarray,
+    spec: TensorSpec,
+    color_format: str = "BGR",
+    max_pixels: int = DEFAULT_LIMITS.max_image_pixels,
+) -> np.ndarray:
     """A 1-D object array of encoded images -> one N,H,W,C or N,C,H,W array."""
     if items.ndim != 1 or items.size == 0:
         raise InvalidInputError(
@@ -63,7 +72,7 @@ def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR")
     dtype = np.dtype(spec.dtype.numpy)
     decoded = []
     for item in items:
-        pixels = _decode_one(item, spec.name, channels[1])
+        pixels = _decode_one(item, spec.name, channels[1], max_pixels)
         size = (_target(height, pixels.shape[0]), _target(width, pixels.shape[1]))
         decoded.append(_bgr(resize_linear(pixels, *size, _work_type(dtype)), color_format))
     if len({image.shape for image in decoded}) > 1:
@@ -77,13 +86,12 @@ def decode_batch(items: np.ndarray, spec: TensorSpec, color_format: str = "BGR")
     return np.ascontiguousarray(_cast(batch, dtype))
 
 
-def _decode_one(data: object, name: str, channels: int) -> np.ndarray:
+def _decode_one(data: object, name: str, channels: int, max_pixels: int) -> np.ndarray:
     """Encoded bytes -> an H,W,C uint8 RGB(A) array with the channels the model asks for."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise InvalidInputError(f"Binary image input must be bytes; input name: {name}")
     from PIL import Image, UnidentifiedImageError
 
-    max_pixels = limits.current().max_image_pixels
     Image.MAX_IMAGE_PIXELS = max_pixels
     try:
         with Image.open(io.BytesIO(bytes(data))) as image:

@@ -17,7 +17,9 @@ from google.protobuf import json_format
 from core.codecs.binary import from_binary, to_binary
 from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError
-from core.tensors import dtypes, limits
+from core.tensors import dtypes
+from core.tensors.limits import DEFAULT as DEFAULT_LIMITS
+from core.tensors.limits import Limits, check_shape
 from core.tensors.spec import Inputs
 from protos.gen.kserve import grpc_predict_v2_pb2 as pb
 from protos.pool import POOL
@@ -50,7 +52,7 @@ def parse_version(text: str) -> int | None:
 # -- tensors -------------------------------------------------------------------------------------
 
 
-def decode_inputs(request: pb.ModelInferRequest) -> Inputs:
+def decode_inputs(request: pb.ModelInferRequest, limits: Limits = DEFAULT_LIMITS) -> Inputs:
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise InvalidInputError(
@@ -64,7 +66,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> Inputs:
             raise InvalidInputError(f"Duplicated input name: {name}")
         dtype = dtypes.from_kserve(tensor.datatype)
         shape = list(tensor.shape)
-        count = limits.check_shape(shape, name, dtype.numpy.itemsize)
+        count = check_shape(limits, shape, name, dtype.numpy.itemsize)
         if raw:
             if tensor.contents.ListFields():
                 raise InvalidInputError(
@@ -142,9 +144,9 @@ class InferCall:
         self.request = request
         self.wanted: list[str] = []
 
-    def decode(self, servable: Signed) -> Inputs:
+    def decode(self, servable: Signed, limits: Limits) -> Inputs:
         self.wanted = requested_outputs(self.request, servable.outputs)
-        return decode_inputs(self.request)
+        return decode_inputs(self.request, limits)
 
     def encode(self, servable: Named, outputs: Mapping[str, np.ndarray]) -> pb.ModelInferResponse:
         return encode(servable, outputs, self.wanted, self.request.id)

@@ -14,23 +14,28 @@ from typing import Any
 
 import numpy as np
 
-from core.codecs.binary import from_binary, to_binary
-from core.codecs.common import (
+from core.codecs.binary import BinaryReader, from_binary, split_body, to_binary
+from core.codecs.documents import Named, Signed
+from core.codecs.fast_json import (
     brackets,
-    cast_numbers,
-    dumps,
     fast_numeric,
     is_array,
     is_object,
-    json_tensor,
-    loads,
     members,
     plain,
     with_document,
 )
-from core.codecs.documents import Named, Signed
+from core.codecs.json import (
+    cast_numbers,
+    dumps,
+    flatten,
+    json_tensor,
+    loads,
+)
 from core.errors import InvalidInputError
-from core.tensors import dtypes, limits
+from core.tensors import dtypes
+from core.tensors.limits import DEFAULT as DEFAULT_LIMITS
+from core.tensors.limits import Limits, check_shape
 from core.tensors.spec import Inputs, TensorSpec, check_precision
 
 BAD_ID = "Could not parse input content. Not valid ndarray detected"  # OVMS's text for it
@@ -45,8 +50,13 @@ class InferRequest:
     binary_default: bool = False
 
 
-def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpec]) -> InferRequest:
-    json_part, binary = _split(body, header_length)
+def decode(
+    body: bytes,
+    header_length: str | None,
+    specs: Mapping[str, TensorSpec],
+    limits: Limits = DEFAULT_LIMITS,
+) -> InferRequest:
+    json_part, binary = split_body(body, header_length)
     doc = with_document(json_part, lambda parsed: _fast(parsed, json_part))
     if doc is None:
         doc = loads(json_part)
@@ -55,10 +65,10 @@ def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpe
     request_id, params = _id(doc), _parameters(doc)  # checked before the inputs, as OVMS does
     if not isinstance(doc.get("inputs"), list):
         raise InvalidInputError("Invalid JSON structure. 'inputs' must be a list of tensors")
-    reader = _BinaryReader(binary)
+    reader = BinaryReader(binary)
     inputs: Inputs = {}
     for index, item in enumerate(doc["inputs"]):
-        name, array = _tensor(item, index, reader, specs, single=len(doc["inputs"]) == 1)
+        name, array = _tensor(item, index, reader, specs, limits, len(doc["inputs"]) == 1)
         if name in inputs:
             raise InvalidInputError(f"Duplicated input name: {name}")
         inputs[name] = array
@@ -83,7 +93,7 @@ def decode(body: bytes, header_length: str | None, specs: Mapping[str, TensorSpe
 
 def _fast(doc: Any, text: bytes) -> dict[str, Any] | None:
     """The request document with each numeric "data" already an array of the declared
-    datatype (see core.codecs.common), or None: then the exact (orjson) path decodes it."""
+    datatype (see core.codecs.fast_json), or None: then the exact (orjson) path decodes it."""
     fields = members(doc) if is_object(doc) else None
     if fields is None or not is_array(fields.get("inputs")):
         return None
@@ -132,19 +142,6 @@ def _fast_tensor(item: Any) -> tuple[dict[str, Any], int] | None:
     return entry, expected
 
 
-def _split(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
-    """(JSON header, binary tensors); the tensors stay a view of the body (no copy)."""
-    if header_length is None:
-        return body, memoryview(b"")
-    text = header_length.strip()
-    if not (text.isascii() and text.isdigit() and len(text) <= 18) or int(text) > len(body):
-        raise InvalidInputError(
-            "Inference-Header-Content-Length header is invalid and couldn't be parsed"
-        )
-    cut = int(text)
-    return body[:cut], memoryview(body)[cut:]
-
-
 def _id(doc: dict[str, Any]) -> str | None:
     """The request's "id", echoed in the response; OVMS refuses one that is not a string."""
     if "id" not in doc:
@@ -167,30 +164,12 @@ def _parameters(owner: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-class _BinaryReader:
-    def __init__(self, data: memoryview) -> None:
-        self.view = data
-        self.offset = 0
-
-    @property
-    def remaining(self) -> int:
-        return len(self.view) - self.offset
-
-    def take(self, size: int) -> memoryview:
-        if self.offset + size > len(self.view):
-            raise InvalidInputError(
-                "Received buffer size is smaller than binary_data_size parameter indicates"
-            )
-        chunk = self.view[self.offset : self.offset + size]
-        self.offset += size
-        return chunk
-
-
 def _tensor(
     item: Any,
     index: int,
-    reader: _BinaryReader,
+    reader: BinaryReader,
     specs: Mapping[str, TensorSpec],
+    limits: Limits,
     single: bool = False,
 ) -> tuple[str, np.ndarray]:
     if not isinstance(item, dict):
@@ -201,7 +180,7 @@ def _tensor(
             f"Invalid JSON structure. inputs[{index}] needs name, shape and datatype"
         )
     dtype = dtypes.from_kserve(datatype)
-    count = limits.check_shape(shape, name, dtype.numpy.itemsize)
+    count = check_shape(limits, shape, name, dtype.numpy.itemsize)
     spec = specs.get(name)
     if spec is not None and not (dtype is dtypes.BYTES and spec.image_layout):
         check_precision(spec, dtype)
@@ -232,7 +211,7 @@ def _from_json(
     data: Any, dtype: dtypes.DType, shape: list[int], count: int, name: str
 ) -> np.ndarray:
     if dtype is dtypes.BYTES:
-        flat = _flatten(data)
+        flat = flatten(data)
         if not all(isinstance(x, str) for x in flat):
             raise InvalidInputError(f"BYTES input {name} takes strings")
         array = np.empty(len(flat), dtype=object)
@@ -252,15 +231,6 @@ def _from_json(
             f"input name: {name}"
         )
     return array.reshape(shape)
-
-
-def _flatten(data: Any) -> list[Any]:
-    if not isinstance(data, list):
-        return [data]
-    out: list[Any] = []
-    for item in data:
-        out.extend(_flatten(item))
-    return out
 
 
 def encode(
@@ -308,8 +278,8 @@ class InferCall:
         self.header_length = header_length
         self.request = InferRequest({})
 
-    def decode(self, servable: Signed) -> Inputs:
-        self.request = decode(self.body, self.header_length, servable.inputs)
+    def decode(self, servable: Signed, limits: Limits) -> Inputs:
+        self.request = decode(self.body, self.header_length, servable.inputs, limits)
         return self.request.inputs
 
     def encode(

@@ -20,7 +20,9 @@ from google.protobuf import json_format
 from core.codecs.binary import from_binary
 from core.codecs.documents import Named, Signed
 from core.errors import InvalidInputError, VersionNotFoundError
-from core.tensors import dtypes, limits
+from core.tensors import dtypes
+from core.tensors.limits import DEFAULT as DEFAULT_LIMITS
+from core.tensors.limits import Limits, check_shape
 from core.tensors.spec import Inputs
 from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 from protos.gen.tensorflow_serving.apis import (
@@ -53,7 +55,9 @@ _TYPED_FIELD = {
 # -- tensors -------------------------------------------------------------------------------------
 
 
-def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
+def to_numpy(
+    proto: tensor_pb2.TensorProto, name: str, limits: Limits = DEFAULT_LIMITS
+) -> np.ndarray:
     """One request TensorProto -> an array (read-only view of tensor_content when present)."""
     dtype = dtypes.BY_TF_ENUM.get(proto.dtype)
     if dtype is None:
@@ -63,7 +67,7 @@ def to_numpy(proto: tensor_pb2.TensorProto, name: str) -> np.ndarray:
     if proto.tensor_shape.unknown_rank:
         raise InvalidInputError(f"Tensor shape must be known; input name: {name}")
     shape = [dim.size for dim in proto.tensor_shape.dim]
-    count = limits.check_shape(shape, name, dtype.numpy.itemsize)
+    count = check_shape(limits, shape, name, dtype.numpy.itemsize)
     if dtype is dtypes.BYTES:
         values = proto.string_val
         if not values and count:
@@ -113,8 +117,8 @@ def fill_proto(array: np.ndarray, proto: tensor_pb2.TensorProto) -> None:
         proto.tensor_content = array.tobytes()
 
 
-def decode_inputs(request: predict_pb2.PredictRequest) -> Inputs:
-    return {name: to_numpy(proto, name) for name, proto in request.inputs.items()}
+def decode_inputs(request: predict_pb2.PredictRequest, limits: Limits = DEFAULT_LIMITS) -> Inputs:
+    return {name: to_numpy(proto, name, limits) for name, proto in request.inputs.items()}
 
 
 def model_spec(spec: model_pb2.ModelSpec) -> tuple[str, int | None]:
@@ -197,9 +201,9 @@ class PredictCall:
         self.request = request
         self.wanted: list[str] = []
 
-    def decode(self, servable: Signed) -> Inputs:
+    def decode(self, servable: Signed, limits: Limits) -> Inputs:
         self.wanted = check_filter(self.request.output_filter, servable.outputs)
-        return decode_inputs(self.request)
+        return decode_inputs(self.request, limits)
 
     def encode(
         self, servable: Named, outputs: Mapping[str, np.ndarray]

@@ -11,24 +11,27 @@ from typing import Any
 
 import numpy as np
 
-from core.codecs.common import (
+from core.codecs.documents import Named, Signed
+from core.codecs.fast_json import (
     brackets,
-    bytes_array,
-    dumps,
     fast_numeric,
     is_array,
-    is_binary_leaf,
     is_object,
-    json_tensor,
-    loads,
     members,
-    named_bytes_as_b64,
-    numeric_array,
     with_document,
 )
-from core.codecs.documents import Named, Signed
+from core.codecs.json import (
+    bytes_array,
+    dumps,
+    is_binary_leaf,
+    json_tensor,
+    loads,
+    named_bytes_as_b64,
+    numeric_array,
+)
 from core.errors import InvalidInputError
 from core.tensors import dtypes
+from core.tensors.limits import Limits
 from core.tensors.spec import Inputs, TensorSpec
 
 ROW = "row"
@@ -50,7 +53,7 @@ def decode(body: bytes, specs: Mapping[str, TensorSpec]) -> tuple[Inputs, str]:
 
 
 def _fast(doc: Any, body: bytes, specs: Mapping[str, TensorSpec]) -> tuple[Inputs, str] | None:
-    """Big numeric bodies without Python floats (see core.codecs.common); None: the exact path.
+    """Big numeric bodies without Python floats (see core.codecs.fast_json); None: the exact path.
 
     Covers `{"instances": <numbers>}` and `{"inputs": <numbers>}` for a one-input model,
     `{"inputs": {name: <numbers>, ...}}` and `{"instances": [{name: <numbers>, ...}, ...]}`
@@ -191,7 +194,9 @@ class PredictCall:
         self.body = body
         self.form = ROW
 
-    def decode(self, servable: Signed) -> Inputs:
+    def decode(self, servable: Signed, limits: Limits) -> Inputs:
+        """The JSON path allocates as it parses (the body limit bounds it); the data plane
+        checks the decoded arrays against `limits`."""
         inputs, self.form = decode(self.body, servable.inputs)
         return inputs
 

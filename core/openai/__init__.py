@@ -1,2 +1,3 @@
-"""OpenAI-compatible text endpoints as OVMS serves them: embeddings, rerank, the model list and
-tokenize (`/v3/...` and their `/v1/...` aliases)."""
+"""The text models behind the OpenAI-compatible routes, as OVMS serves them: embeddings and
+rerank model versions (tokenizer + transformer), their options and folder layout. The routes'
+bodies are core/codecs/openai.py; the calls, core/dataplane.py."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 from core.storage import Repository, VersionFiles
 from core.storage.local import LocalRepository, folder_fingerprint
 
-MARKERS = ("graph.pbtxt", "openvino_model.xml")
+MODEL_FILE = "openvino_model.xml"  # the transformer
+TOKENIZER_FILE = "openvino_tokenizer.xml"
+MARKERS = ("graph.pbtxt", MODEL_FILE)
 
 
 class FlatFolder:

@@ -1,67 +1,30 @@
 """A text model version: tokenizer IR + transformer IR, serving embeddings or rerank.
 
 It is a ModelVersion, so versions, storage, hot reload, compiled blobs and lazy load work as
-for any model. What it adds: the tokenizer (openvino-tokenizers, its extension loaded into the
-process Core), the pooling and normalisation OVMS appends to an embeddings model (built into
-the compiled graph, so a request runs one inference), and the rerank chunking.
+for any model. What it adds: the tokenizer (tokenizer.py), the pooling OVMS appends to an
+embeddings model (pooling.py), embedding, the rerank chunking and scoring, and /v3/tokenize's
+token rows.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import queue
-import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openvino as ov
-from openvino import opset13 as ops
 
 from core.errors import InvalidInputError, ServingError
 from core.openai import options as task_options
+from core.openai.layout import MODEL_FILE, TOKENIZER_FILE
+from core.openai.pooling import EMBEDDINGS_OUTPUT, add_pooling
+from core.openai.tokenizer import Tokens, load_tokenizers_extension, trim
 from core.runtime.ov_core import ov_core
 from core.serving.model import ModelVersion
 
-MODEL_FILE = "openvino_model.xml"
-TOKENIZER_FILE = "openvino_tokenizer.xml"
-EMBEDDINGS_OUTPUT = "embeddings"
 SPECIAL_TOKENS_AROUND_PAIR = 4  # BOS query EOS SEP document EOS, as OVMS composes a pair
-
-_extension_lock = threading.Lock()
-_extension_loaded = False
-
-
-def load_tokenizers_extension() -> None:
-    """Add openvino-tokenizers' operations to the process Core once (without importing the
-    Python package, which patches openvino's classes)."""
-    global _extension_loaded
-    with _extension_lock:
-        if _extension_loaded:
-            return
-        spec = importlib.util.find_spec("openvino_tokenizers")
-        if spec is None or not spec.submodule_search_locations:
-            raise ServingError(
-                "Text models need the openvino-tokenizers package (pip install openvino-tokenizers)"
-            )
-        lib = Path(list(spec.submodule_search_locations)[0]) / "lib"
-        found = sorted(lib.glob("*openvino_tokenizers.*"))
-        if not found:
-            raise ServingError("openvino-tokenizers is installed without its extension library")
-        ov_core().add_extension(str(found[0]))
-        _extension_loaded = True
-
-
-@dataclass(frozen=True)
-class Tokens:
-    ids: np.ndarray  # [batch, length] int64, right-padded
-    mask: np.ndarray  # [batch, length] int64
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.mask.sum(axis=1)
 
 
 class TextModelVersion(ModelVersion):
@@ -119,7 +82,7 @@ class TextModelVersion(ModelVersion):
 
     def _transform(self, model: ov.Model) -> None:
         if self.options.task == "embeddings":
-            _add_pooling(model, self.options.pooling, self.options.normalize)
+            add_pooling(model, self.options.pooling, self.options.normalize)
 
     def _check_signature(self) -> None:
         needed = {"input_ids", "attention_mask"}
@@ -141,7 +104,7 @@ class TextModelVersion(ModelVersion):
             self._tokenizers.put(request)
         ids = np.asarray(result["input_ids"], dtype=np.int64)
         mask = np.asarray(result["attention_mask"], dtype=np.int64)
-        return _trim(Tokens(ids, mask))
+        return trim(Tokens(ids, mask))
 
     def _template(self) -> tuple[list[int], list[int]]:
         """The special tokens the tokenizer puts before and after a text: the common start
@@ -260,12 +223,6 @@ class TextModelVersion(ModelVersion):
         return int(bos), int(eos), int(special.get("sep", eos))
 
 
-def _trim(tokens: Tokens) -> Tokens:
-    """Drop padding columns beyond the longest row (a tokenizer may pad to a fixed size)."""
-    width = int(tokens.lengths.max()) if tokens.mask.size else 0
-    return Tokens(tokens.ids[:, :width], tokens.mask[:, :width])
-
-
 def _chunks(documents: list[list[int]], room: int) -> tuple[list[list[int]], list[int]]:
     """Documents split into chunks of at most `room` tokens, with each chunk's document."""
     chunks: list[list[int]] = []
@@ -275,43 +232,6 @@ def _chunks(documents: list[list[int]], room: int) -> tuple[list[list[int]], lis
             chunks.append(tokens[start : start + room])
             owners.append(index)
     return chunks, owners
-
-
-def _add_pooling(model: ov.Model, pooling: str, normalize: bool) -> None:
-    """Replace the model's results by one [batch, hidden] `embeddings` output: the hidden
-    states (the 3-D output) pooled over the attended tokens, then L2-normalised."""
-    hidden = [
-        r.input_value(0)
-        for r in model.get_results()
-        if r.get_output_partial_shape(0).rank.get_length() == 3
-    ]
-    if not hidden:
-        raise ServingError(f"{MODEL_FILE} has no 3-D output (hidden states) to pool")
-    states = hidden[0]
-    mask = next(p for p in model.get_parameters() if "attention_mask" in p.output(0).get_names())
-    pooled = _pool(states, mask.output(0), pooling)
-    if normalize:
-        pooled = ops.normalize_l2(pooled, ops.constant(np.array([1], np.int64)), 1e-12, "max")
-    pooled.output(0).set_names({EMBEDDINGS_OUTPUT})
-    for result in list(model.get_results()):
-        model.remove_result(result)
-    model.add_results([ops.result(pooled)])
-
-
-def _pool(states: ov.Output, mask: ov.Output, pooling: str) -> ov.Node:
-    zero, one = ops.constant(np.int64(0)), ops.constant(np.int64(1))
-    if pooling == "CLS":
-        return ops.gather(states, zero, one)
-    weights = ops.convert(mask, "f32")
-    if pooling == "MEAN":
-        summed = ops.reduce_sum(
-            ops.multiply(states, ops.unsqueeze(weights, ops.constant(np.int64(-1)))), one, False
-        )
-        count = ops.maximum(ops.reduce_sum(weights, one, True), ops.constant(np.float32(1e-9)))
-        return ops.divide(summed, count)
-    # LAST: the last attended token of each (right-padded) row
-    last = ops.subtract(ops.reduce_sum(ops.convert(mask, "i64"), one, False), one)
-    return ops.gather(states, last, one, 1)
 
 
 def tokens_of(

@@ -1,12 +1,16 @@
 """Explicit limits, checked before anything is allocated.
 
-One process-wide `Limits`, set from Settings when the App is built; codecs read `current()`.
+A `Limits` is a value: the App takes it from Settings and hands it to its data plane, which
+passes it to the codecs and checks decoded inputs with it. No module state: two Apps in one
+process each apply their own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from core.errors import InvalidInputError
 
@@ -18,22 +22,12 @@ class Limits:
     max_image_pixels: int = 64 * 1024 * 1024
 
 
-_current = Limits()
+DEFAULT = Limits()
 
 
-def configure(limits: Limits) -> None:
-    global _current
-    _current = limits
-
-
-def current() -> Limits:
-    return _current
-
-
-def check_shape(shape: Sequence[object], name: str, itemsize: int = 1) -> int:
+def check_shape(limits: Limits, shape: Sequence[object], name: str, itemsize: int = 1) -> int:
     """Element count of a declared shape; too many elements or bytes is a 400, before any
     array of that size exists."""
-    limits = _current
     count = 1
     for dim in shape:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
@@ -51,3 +45,14 @@ def check_shape(shape: Sequence[object], name: str, itemsize: int = 1) -> int:
             f"{limits.max_tensor_bytes} bytes"
         )
     return count
+
+
+def check_inputs(
+    limits: Limits, names: Mapping[str, object], inputs: Mapping[str, np.ndarray]
+) -> None:
+    """Every decoded input a servable takes (`names`: its signature) within the limits; the
+    others are the signature check's to refuse."""
+    for name in names:
+        array = inputs.get(name)
+        if array is not None:
+            check_shape(limits, array.shape, name, array.itemsize)

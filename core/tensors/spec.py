@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.errors import InvalidInputError
-from core.tensors import dtypes, limits
+from core.tensors import dtypes
 from core.tensors.dtypes import DType
 from core.tensors.shapes import Dims, fits, format_actual, format_dims
 
@@ -113,13 +113,13 @@ def check_precision(spec: TensorSpec, actual: DType) -> None:
 
 
 def validate(specs: Mapping[str, TensorSpec], inputs: Inputs) -> Inputs:
-    """Check names, dtypes and shapes (images are decoded before, by core.codecs.images)."""
+    """Check names, dtypes and shapes against the signature (images are decoded before, by
+    core.codecs.images; the request limits are checked before, by the data plane)."""
     check_names(specs, inputs)
     ready: Inputs = {}
     for name, spec in specs.items():
         array = inputs[name]
         check_precision(spec, dtypes.from_numpy(array.dtype))
-        limits.check_shape(array.shape, name, array.itemsize)
         spec.check_shape(array.shape)
         ready[name] = array
     return ready

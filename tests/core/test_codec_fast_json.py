@@ -1,4 +1,4 @@
-"""The simdjson fast path for big numeric JSON (core.codecs.common.with_document) gives exactly
+"""The simdjson fast path for big numeric JSON (core.codecs.fast_json.with_document) gives exactly
 what the orjson path gives: the same arrays (dtype, shape, bits) or the same error, for
 regular, ragged, mixed and out-of-range payloads, in TFS and KServe JSON."""
 
@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.codecs import common, kserve_rest, tfs_rest
+from core.codecs import fast_json, kserve_rest, tfs_rest
+from core.codecs import json as json_codec
 from core.errors import ServingError
 from core.tensors import dtypes
 from core.tensors.shapes import ANY
@@ -70,9 +71,9 @@ def both(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Runs a decode with the fast path forced on (any size) and with simdjson absent."""
 
     def run(decode: Any) -> tuple[Any, Any]:
-        monkeypatch.setattr(common, "FAST_MIN_BYTES", 0)
+        monkeypatch.setattr(fast_json, "FAST_MIN_BYTES", 0)
         fast = outcome(decode)
-        monkeypatch.setattr(common, "simdjson", None)
+        monkeypatch.setattr(fast_json, "simdjson", None)
         slow = outcome(decode)
         monkeypatch.undo()
         return fast, slow
@@ -122,8 +123,8 @@ def test_big_body_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     x = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)
     spec = {"input": TensorSpec("input", dtypes.BY_KSERVE["FP32"], (ANY,) * 4)}
     body = orjson.dumps({"instances": x.tolist()})
-    assert len(body) > common.FAST_MIN_BYTES
-    monkeypatch.setattr(common, "loads", None)  # the orjson path would fail now
+    assert len(body) > fast_json.FAST_MIN_BYTES
+    monkeypatch.setattr(json_codec, "loads", None)  # the orjson path would fail now
     monkeypatch.setattr(tfs_rest, "loads", None)
     inputs, form = tfs_rest.decode(body, spec)
     assert form == tfs_rest.ROW and inputs["input"].tobytes() == x.tobytes()
@@ -134,7 +135,7 @@ def test_array_hidden_where_a_number_belongs_is_refused_exactly() -> None:
     spec = {"x": TensorSpec("x", dtypes.BY_KSERVE["FP32"], (ANY, ANY))}
     row = [0.5] * 2000
     body = orjson.dumps({"instances": [row, row[:-1] + [[0.5]]]})
-    assert len(body) > common.FAST_MIN_BYTES
+    assert len(body) > fast_json.FAST_MIN_BYTES
     with pytest.raises(ServingError, match="Not valid ndarray"):
         tfs_rest.decode(body, spec)
 
@@ -168,7 +169,7 @@ def test_big_named_rows_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> N
     x = np.random.default_rng(1).random((2, 3, 32, 32), dtype=np.float32)
     spec = {"input": TensorSpec("input", dtypes.BY_KSERVE["FP32"], (ANY,) * 4)}
     body = orjson.dumps({"instances": [{"input": row.tolist()} for row in x]})
-    assert len(body) > common.FAST_MIN_BYTES
+    assert len(body) > fast_json.FAST_MIN_BYTES
     monkeypatch.setattr(tfs_rest, "loads", None)  # the orjson path would fail now
     inputs, form = tfs_rest.decode(body, spec)
     assert form == tfs_rest.ROW and inputs["input"].tobytes() == x.tobytes()

@@ -1,5 +1,5 @@
 """Property tests: every generated request is answered the same below and above the fast JSON
-path's threshold (core.codecs.common.FAST_MIN_BYTES; pysimdjson decodes the bigger bodies).
+path's threshold (core.codecs.fast_json.FAST_MIN_BYTES; pysimdjson decodes the bigger bodies).
 
 Each body is sent as generated and padded past the threshold (whitespace before or after the
 document, or a leading "pad" member that the protocol ignores), through the App every transport
@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.api import App, Response, make_request
-from core.codecs import common
+from core.codecs import fast_json
 from core.config import Settings
 from core.serving.registry import ModelManager
 from core.tensors import dtypes
@@ -39,7 +39,7 @@ PROPERTY = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 MODELS = {"scaler": "FP32", "ints": "INT32", "u64": "UINT64", "i8": "INT8"}
-PAD = common.FAST_MIN_BYTES + 64
+PAD = fast_json.FAST_MIN_BYTES + 64
 # Text that is not JSON is read by orjson on both sides; its message says where and what it
 # found next, which the padding changes ("unexpected end of data" or "no digit after sign"
 # for b"-"): such answers are compared up to the message's fixed part.
@@ -224,7 +224,7 @@ def answer(app: App, path: str, body: bytes) -> Response:
 
 def same_answer(app: App, path: str, body: bytes, how: str) -> None:
     small, big = answer(app, path, body), answer(app, path, padded(body, how))
-    assert len(padded(body, how)) >= common.FAST_MIN_BYTES
+    assert len(padded(body, how)) >= fast_json.FAST_MIN_BYTES
     assert small.status != 500, small.body
     assert big.status != 500, big.body
     assert (big.status, _SYNTAX.sub(rb"\1", big.body)) == (

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.codecs import common, kserve_rest, tfs_rest
+from core.codecs import fast_json, kserve_rest, tfs_rest
 from core.errors import InvalidInputError
 from core.tensors import dtypes
 from core.tensors.shapes import ANY
@@ -106,4 +106,4 @@ def test_floats_a_float64_cannot_tell_apart_are_refused(datatype: str, value: fl
 def test_big_bodies_here_take_the_fast_path() -> None:
     """The 'big' cases above are over the threshold, so both decoders are exercised."""
     rows = _body_rows([-128, 127, 1], True)
-    assert len(json.dumps({"instances": rows})) > common.FAST_MIN_BYTES
+    assert len(json.dumps({"instances": rows})) > fast_json.FAST_MIN_BYTES

@@ -16,13 +16,13 @@ import openvino.opset13 as ops
 import pytest
 
 from core.api import App, Response, make_request
-from core.codecs import common
+from core.codecs import fast_json
 from core.config import Settings
 from core.serving.registry import ModelManager
 from demo import models
 from tests.core.helpers import save_ir, write_config
 
-PAD = "p" * (common.FAST_MIN_BYTES + 100)
+PAD = "p" * (fast_json.FAST_MIN_BYTES + 100)
 ROW = [1.0, 2.0, 3.0, 4.0]
 
 
@@ -65,7 +65,7 @@ def both_sizes(app: App, doc: dict[str, Any]) -> Response:
     """The answer to `doc` as is and padded over the fast path's threshold: the same."""
     small = infer(app, doc)
     big = infer(app, {**doc, "pad": PAD})
-    assert len(json.dumps({**doc, "pad": PAD})) >= common.FAST_MIN_BYTES
+    assert len(json.dumps({**doc, "pad": PAD})) >= fast_json.FAST_MIN_BYTES
     assert (big.status, big.body) == (small.status, small.body)
     return small
 
@@ -88,7 +88,7 @@ def test_nul_in_any_key_answers_as_a_small_body(app: App, key: str) -> None:
 def test_tfs_nul_in_an_input_name_answers_as_a_small_body(app: App, key: str) -> None:
     doc = {"inputs": {"x": [[0.5] * 4] * 200, key: [[0.5] * 4] * 200}}
     small = call(app, "POST", "/v1/models/scaler:predict", doc)
-    big_body = json.dumps(doc).encode() + b" " * common.FAST_MIN_BYTES
+    big_body = json.dumps(doc).encode() + b" " * fast_json.FAST_MIN_BYTES
     big = call(app, "POST", "/v1/models/scaler:predict", big_body)
     assert (big.status, big.body) == (small.status, small.body)
     assert (small.status, json.loads(small.body)) == (

@@ -9,7 +9,8 @@ import numpy as np
 import orjson
 import pytest
 
-from core.codecs import binary, common, tfs_grpc
+from core.codecs import binary, tfs_grpc
+from core.codecs import json as json_codec
 from core.tensors import dtypes
 from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 
@@ -40,7 +41,7 @@ def test_every_string_form_becomes_object_bytes(array: np.ndarray) -> None:
 
 @pytest.mark.parametrize("array", SAME_STRINGS)
 def test_every_string_form_encodes_the_same_on_every_api(array: np.ndarray) -> None:
-    assert orjson.loads(common.dumps({"y": array})) == {"y": [["ab", "é"], ["", "z"]]}
+    assert orjson.loads(json_codec.dumps({"y": array})) == {"y": [["ab", "é"], ["", "z"]]}
     framed = b"".join(struct.pack("<I", len(item)) + item for row in EXPECTED for item in row)
     assert binary.to_binary(array) == framed
     proto = tensor_pb2.TensorProto()
@@ -51,9 +52,9 @@ def test_every_string_form_encodes_the_same_on_every_api(array: np.ndarray) -> N
 
 def test_non_utf8_is_b64_and_named_bytes_always_are() -> None:
     array = _objects([b"\xff", b"ok"], (2,))
-    assert orjson.loads(common.dumps(array)) == [{"b64": "/w=="}, "ok"]
-    named = common.named_bytes_as_b64({"out_bytes": array, "out": array})
-    assert orjson.loads(common.dumps(dict(named))) == {
+    assert orjson.loads(json_codec.dumps(array)) == [{"b64": "/w=="}, "ok"]
+    named = json_codec.named_bytes_as_b64({"out_bytes": array, "out": array})
+    assert orjson.loads(json_codec.dumps(dict(named))) == {
         "out_bytes": [{"b64": "/w=="}, {"b64": "b2s="}],
         "out": [{"b64": "/w=="}, "ok"],
     }

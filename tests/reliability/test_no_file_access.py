@@ -142,7 +142,7 @@ def _grpc_calls(name: str, version: str) -> list[Callable[[], object]]:
     infer = kfs.ModelInferRequest(model_name=name, model_version=version)
     meta = kfs.ModelMetadataRequest(name=name, version=version)
     ready = kfs.ModelReadyRequest(name=name, version=version)
-    plane = DataPlane(_manager[0], "gRPC")
+    plane = DataPlane(_manager[0], "gRPC", _manager[0].settings.limits)
     prediction, models = grpc_server.PredictionService(plane), grpc_server.ModelService(plane)
     inference = grpc_server.InferenceService(plane)
     # the servicer methods without their ServingError -> context.abort wrapper

@@ -1,60 +1,31 @@
-"""Transport-neutral HTTP request/response and the one router that knows the URL scheme.
-
-Handlers (Lambda, Cloud Run, Azure, the long-running server) build a `Request`, call
-`App.handle`, and translate the `Response` back. Nothing else in the product parses URLs.
-"""
+"""The one router that knows the URL scheme: each route translates a Request into a data plane
+call (core.dataplane) and its answer into a Response; every failure becomes the OVMS error
+shape (the OpenAI one on the OpenAI routes), never an exception."""
 
 from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from http import HTTPStatus
-
-import orjson
 
 from core import dataplane, errors, logs
-from core.codecs import documents, kserve_rest, tfs_rest
-from core.codecs.common import dumps
+from core.api.messages import (
+    READY,
+    MethodNotAllowed,
+    Request,
+    Response,
+    error_response,
+    json_response,
+    not_ready,
+)
+from core.codecs import documents, kserve_rest, openai, tfs_rest
+from core.codecs.json import dumps
 from core.config import Settings
 from core.cors import Cors
 from core.dataplane import DataPlane
-from core.openai import endpoints as openai
 from core.serving.registry import ModelManager
-from core.tensors import limits
 
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    method: str
-    path: str
-    query: Mapping[str, str] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)  # keys lower-case
-    body: bytes = b""
-    request_id: str = ""  # the platform's id for this request, for the logs
-
-    def header(self, name: str, default: str = "") -> str:
-        return self.headers.get(name.lower(), default)
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    status: int
-    body: bytes = b""
-    headers: Mapping[str, str] = field(default_factory=lambda: {"content-type": JSON})
-
-    @property
-    def is_binary(self) -> bool:
-        """True when the body must travel base64-encoded through JSON-only transports."""
-        kind = self.headers.get("content-type", "")
-        return not kind.startswith(("application/json", "text/"))
-
-
-JSON = "application/json"
-READY = b'{"ready":true}'
 log = logging.getLogger("ov_serverless.api")
 Handler = Callable[[Request, re.Match[str]], Response]
 
@@ -64,18 +35,13 @@ _LABEL = r"(?:/labels/(?P<label>[^/:]+))?"
 _OPENAI = r"/(?:v3/(?:v1/)?|v1/)"  # OVMS serves its OpenAI API under /v3, /v3/v1 and /v1
 
 
-def _lower_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k.lower(): v for k, v in headers.items()}
-
-
 class App:
     """The REST front every transport shares: routes -> the data plane, replies in JSON."""
 
     def __init__(self, manager: ModelManager, settings: Settings) -> None:
         self.manager = manager
-        self.plane = DataPlane(manager, "REST")
+        self.plane = DataPlane(manager, "REST", settings.limits)
         self.settings = settings
-        limits.configure(settings.limits)
         self._cors = Cors(settings.cors)
         self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (
@@ -233,7 +199,7 @@ class App:
 
     def _ready(self, req: Request, m: re.Match[str]) -> Response:
         if not self.plane.ready:
-            return _not_ready(errors.ServerNotReadyError("Server is not ready yet"))
+            return not_ready(errors.ServerNotReadyError("Server is not ready yet"))
         return json_response(READY)
 
     def _server_metadata(self, req: Request, m: re.Match[str]) -> Response:
@@ -250,7 +216,7 @@ class App:
             return json_response(READY)
         if isinstance(problem, errors.NotFoundError):  # no such model or version
             return error_response(problem)
-        return _not_ready(problem)
+        return not_ready(problem)
 
     def _kserve_infer(self, req: Request, m: re.Match[str]) -> Response:
         header_length = req.header("inference-header-content-length") or None
@@ -263,35 +229,26 @@ class App:
         return Response(200, body, headers)
 
     def _openai_embeddings(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(openai.embeddings(self.manager, req.body))
+        return json_response(self.plane.embeddings(openai.EmbeddingsCall(req.body)))
 
     def _openai_rerank(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(openai.rerank(self.manager, req.body))
+        return json_response(self.plane.rerank(openai.RerankCall(req.body)))
 
     def _openai_tokenize(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(openai.tokenize(self.manager, req.body))
+        return json_response(self.plane.tokenize(openai.TokenizeCall(req.body)))
 
     def _openai_models(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(openai.model_list(self.manager))
+        return json_response(openai.model_list(self.plane.listed_models(), int(time.time())))
 
     def _openai_model(self, req: Request, m: re.Match[str]) -> Response:
-        return json_response(openai.model_info(self.manager, m["name"]))
+        name = self.plane.listed_model(m["name"])
+        return json_response(openai.model_info(name, int(time.time())))
 
     def _metrics(self, req: Request, m: re.Match[str]) -> Response:
         from core import metrics
 
         body, content_type = metrics.exposition(self.manager, self.manager.metrics.families)
         return Response(200, body, {"content-type": content_type})
-
-
-class MethodNotAllowed(errors.MethodNotAllowedError):
-    """405 with the route's methods, sent in the `Allow` header (RFC 9110 requires it)."""
-
-    def __init__(self, method: str, path: str, allowed: list[str]) -> None:
-        super().__init__(
-            f"Unsupported method {method[:16]} for {path}; allowed: {', '.join(allowed)}"
-        )
-        self.allowed = allowed
 
 
 def _match(
@@ -322,58 +279,3 @@ def _ver(match: re.Match[str]) -> int | None:
     if len(text) > 18:
         raise errors.InvalidInputError(f"Invalid model version: {text[:20]}...")
     return int(text) or None
-
-
-def json_response(body: bytes, status: int = 200) -> Response:
-    return Response(status, body, {"content-type": JSON})
-
-
-def reason_phrase(status: int) -> str:
-    """The standard reason phrase of an HTTP status, for transports that send one."""
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Unknown"
-
-
-def error_response(exc: errors.ServingError, openai_shape: bool = False) -> Response:
-    headers = {"content-type": JSON}
-    if isinstance(exc, MethodNotAllowed):
-        headers["allow"] = ", ".join(exc.allowed)
-    body = openai.error_body(exc) if openai_shape else exc.to_body()
-    return Response(exc.http_status, body, headers)
-
-
-def _not_ready(exc: errors.ServingError) -> Response:
-    """A health answer of false: {"ready": false} with the reason, at the error's status."""
-    body = orjson.dumps({"ready": False, "error": exc.message})
-    return Response(exc.http_status, body, {"content-type": JSON})
-
-
-_default_app: App | None = None
-_default_lock = threading.Lock()
-
-
-def default_app() -> App:
-    """The process-wide App built from the environment; a warm instance reuses it (and its
-    compiled models) for every invocation."""
-    global _default_app
-    if _default_app is None:
-        with _default_lock:
-            if _default_app is None:
-                settings = Settings.from_env()
-                _default_app = App(ModelManager.start(settings), settings)
-    return _default_app
-
-
-def make_request(
-    method: str,
-    path: str,
-    body: bytes = b"",
-    headers: Mapping[str, str] | None = None,
-    query: Mapping[str, str] | None = None,
-    request_id: str = "",
-) -> Request:
-    return Request(
-        method.upper(), path, dict(query or {}), _lower_headers(headers or {}), body, request_id
-    )
