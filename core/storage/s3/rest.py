@@ -341,9 +341,7 @@ class S3RestBackend:
             in_order=IN_ORDER,
         )
 
-    def _head(
-        self, obj: RemoteObject, query: dict[str, str], what: str
-    ) -> http_client.Headers:
+    def _head(self, obj: RemoteObject, query: dict[str, str], what: str) -> http_client.Headers:
         headers = {**CHECKSUM_MODE, "If-Match": obj.tag}
         return self._call(obj.key, query, headers, what, _headers, "HEAD")
 
