@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A CPython 3.12 environment with the Lambda image's packages at the image's pins, for the
-# bootstrap test (tests/handlers/test_lambda_runtime.py runs awslambdaric on it):
+# bootstrap test (tests/handlers/aws_lambda/test_lambda_runtime.py runs awslambdaric on it):
 #   infra/ci/lambda-python.sh [PYTHON3.12]      -> .ci/py312/bin/python
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -29,8 +29,8 @@ from core.serving.model import ModelVersion
 from core.serving.registry import ModelManager
 from demo.models import classifier, save, scaler
 from handlers import snapstart
+from tests.core.serving.stateful.conftest import accumulator
 from tests.emulators import MotoS3
-from tests.stateful.conftest import accumulator
 
 BUCKET = "snapstart-models"
 CONFIG = {
