@@ -19,7 +19,7 @@ from typing import Any
 from core.storage import checksums, http_client
 from core.storage.azure import rest as azure_rest
 from tests.emulators import Azurite
-from tests.storage.helpers import Answer, Front, forward
+from tests.core.storage.helpers import Answer, Front, forward
 
 SIZE = 49 << 20
 

@@ -35,8 +35,8 @@ from bench.common import environ, save  # noqa: E402
 from core.config import Settings  # noqa: E402
 from core.serving.registry import ModelManager  # noqa: E402
 from core.storage import open_repository  # noqa: E402
+from tests.core.storage.helpers import _FOREIGN_ENV, STORES  # noqa: E402
 from tests.emulators import EMULATORS  # noqa: E402
-from tests.storage.helpers import _FOREIGN_ENV, STORES  # noqa: E402
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -7,7 +7,7 @@ and without a session token).
 
     python fuzz/signing.py [COUNT] [SEED]    # COUNT random requests per client, seeded
 
-tests/storage/test_signing.py runs `mismatches` in the suite.
+tests/core/storage/test_signing.py runs `mismatches` in the suite.
 """
 
 from __future__ import annotations

@@ -6,18 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The interpreter: the argument, else a working python3.13 on PATH, else pyenv's newest 3.13.
-find_python() {
-  if [ -n "${1:-}" ]; then echo "$1"; return; fi
-  if python3.13 -c "" 2>/dev/null; then command -v python3.13; return; fi
-  if command -v pyenv >/dev/null; then
-    ls -d "$(pyenv root)"/versions/3.13.*/bin/python3.13 2>/dev/null | sort -V | tail -n 1
-  fi
-}
-PY=$(find_python "${1:-}")
-if [ -z "$PY" ]; then
-  echo "azure-worker-python.sh: no CPython 3.13 found; pass one as the first argument" >&2
-  exit 1
-fi
+source infra/ci/find-python.sh
+PY=$(find_python 3.13 azure-worker-python.sh "${1:-}")
 "$PY" -m venv --clear .ci/py313
 pin() { grep -E "^$1==" infra/constraints.txt; }
 .ci/py313/bin/pip install --quiet --disable-pip-version-check --only-binary=openvino \

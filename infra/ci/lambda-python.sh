@@ -1,22 +1,12 @@
 #!/usr/bin/env bash
 # A CPython 3.12 environment with the Lambda image's packages at the image's pins, for the
-# bootstrap test (tests/handlers/test_lambda_runtime.py runs awslambdaric on it):
+# bootstrap test (tests/handlers/aws_lambda/test_lambda_runtime.py runs awslambdaric on it):
 #   infra/ci/lambda-python.sh [PYTHON3.12]      -> .ci/py312/bin/python
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The interpreter: the argument, else a working python3.12 on PATH, else pyenv's newest 3.12.
-find_python() {
-  if [ -n "${1:-}" ]; then echo "$1"; return; fi
-  if python3.12 -c "" 2>/dev/null; then command -v python3.12; return; fi
-  if command -v pyenv >/dev/null; then
-    ls -d "$(pyenv root)"/versions/3.12.*/bin/python3.12 2>/dev/null | sort -V | tail -n 1
-  fi
-}
-PY=$(find_python "${1:-}")
-if [ -z "$PY" ]; then
-  echo "lambda-python.sh: no CPython 3.12 found; pass one as the first argument" >&2
-  exit 1
-fi
+source infra/ci/find-python.sh
+PY=$(find_python 3.12 lambda-python.sh "${1:-}")
 "$PY" -m venv --clear .ci/py312
 # As infra/lambda/Dockerfile installs: every version from the constraints, OpenVINO as a wheel.
 PIP_CONSTRAINT="$PWD/infra/constraints.txt" .ci/py312/bin/pip install --quiet \

@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 from protos.gen.tensorflow.core.framework import types_pb2
 from protos.gen.tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from tests.core.helpers import save_ir
-from tests.grpc.helpers import Server
+from tests.handlers.grpc_server.helpers import Server
 
 MESSAGE = "Internal inference error - name: {name}; version: 1"
 NATIVE = "conflicts with the reshape pattern"  # the CPU plugin's own words

@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from core.api import App
 from examples.ocr import build as ocr
-from tests.pipelines.helpers import app_for
+from tests.core.serving.pipeline.helpers import app_for
 
 # Debian fonts-wqy-microhei (the font Pillow's default cannot draw CJK with)
 CJK_FONTS = (

@@ -17,8 +17,8 @@ from PIL import Image
 
 from core.api import App
 from core.tensors import limits
+from tests.core.serving.pipeline.helpers import app_for, call, doc, error
 from tests.examples.conftest import Rendered, cjk_font, render
-from tests.pipelines.helpers import app_for, call, doc, error
 
 LATIN = ["Hello OCR 2024", "Serverless OpenVINO", "invoice no. 31415", "MiXeD CaSe Words"]
 

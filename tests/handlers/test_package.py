@@ -22,8 +22,8 @@ import pytest
 from demo.models import write_demo_repository
 from handlers import package
 from handlers.package import LAMBDA_UNZIPPED_LIMIT, Options, PackageError, Target
+from tests.handlers.aws_lambda.test_lambda_runtime import PREFIX, RuntimeApi, _Handler
 from tests.handlers.conftest import Call, load_event, outputs, reply_body, reply_headers
-from tests.handlers.test_lambda_runtime import PREFIX, RuntimeApi, _Handler
 
 FORBIDDEN = (
     "libopenvino_intel_gpu_plugin",

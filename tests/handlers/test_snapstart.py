@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,11 @@ from core.api import App, make_request
 from core.config import Settings
 from core.runtime import compiled_cache
 from core.serving.model import ModelVersion
-from core.serving.registry import ModelManager
+from core.serving.registry import ModelManager, ServedModel
 from demo.models import classifier, save, scaler
 from handlers import snapstart
+from tests.core.serving.stateful.conftest import accumulator
 from tests.emulators import MotoS3
-from tests.stateful.conftest import accumulator
 
 BUCKET = "snapstart-models"
 CONFIG = {
@@ -131,6 +132,34 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+@dataclass
+class Snapshot:
+    """The app as a snapshot holds it, after awslambdaric's runner ran the before-snapshot hooks."""
+
+    served: ServedModel  # the classifier
+    metrics_at_init: str  # /metrics before the hooks ran
+    lines: list[dict[str, Any]]  # what the before-snapshot hook logged
+
+
+@pytest.fixture
+def snapshot(
+    app: App,
+    hooks: dict[str, Any],
+    loads: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> Snapshot:
+    metrics_at_init = metrics.exposition(app.manager)[0]
+    lambda_runtime_hooks_runner.run_before_snapshot()  # awslambdaric's runner, as on Lambda
+    lines = _hook_lines(capsys.readouterr().out)
+    return Snapshot(app.manager.models["classifier"], metrics_at_init, lines)
+
+
+def _restore(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    """Runs the after-restore hooks through awslambdaric's runner; what they logged."""
+    lambda_runtime_hooks_runner.run_after_restore()
+    return _hook_lines(capsys.readouterr().out)
+
+
 def _hook_lines(text: str) -> list[dict[str, Any]]:
     return [
         json.loads(line)["ov_serverless_snapstart"]
@@ -165,19 +194,18 @@ def _expected(tensor: np.ndarray) -> np.ndarray:
 def test_restored_copy_answers_without_loading_and_renews_its_state(
     app: App,
     hooks: dict[str, Any],
+    snapshot: Snapshot,
     s3: MotoS3,
     models: Path,
     loads: list[str],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    metrics_at_init = metrics.exposition(app.manager)[0]
-    lambda_runtime_hooks_runner.run_before_snapshot()  # awslambdaric's runner, as on Lambda
-    assert metrics.exposition(app.manager)[0] == metrics_at_init  # warm-up not counted
-    before = _hook_lines(capsys.readouterr().out)
+    assert metrics.exposition(app.manager)[0] == snapshot.metrics_at_init  # warm-up not counted
+    before = snapshot.lines
     assert [line["hook"] for line in before] == ["before_snapshot"]
     assert before[0]["warm_inferences"] == 2  # classifier and scaler; stateful skipped
-    served = app.manager.models["classifier"]
+    served = snapshot.served
     old_version, old_backend = served.versions[1], served.repository.backend
     snapshot_random, snapshot_numpy = random.getstate(), np.random.get_state()
 
@@ -189,8 +217,7 @@ def test_restored_copy_answers_without_loading_and_renews_its_state(
     _fill(s3, models)
     _put_version(s3, tmp_path / "classifier-2")
 
-    lambda_runtime_hooks_runner.run_after_restore()
-    after = _hook_lines(capsys.readouterr().out)
+    after = _restore(capsys)
     assert [line["hook"] for line in after] == ["after_restore"]
     assert after[0]["cpu_changed"] == []
     assert after[0]["duration_s"] < 10  # Lambda's limit for the runtime and these hooks
@@ -234,13 +261,12 @@ def _put_version(s3: MotoS3, folder: Path) -> None:
 
 def test_restore_on_another_cpu_recompiles_in_the_background(
     app: App,
-    hooks: dict[str, Any],
+    snapshot: Snapshot,
     loads: list[str],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    lambda_runtime_hooks_runner.run_before_snapshot()
-    served = app.manager.models["classifier"]
+    served = snapshot.served
     old_version = served.default_version()
     flags = compiled_cache._cpu_flags()  # this CPU, and one more feature (a newer CPU)
     monkeypatch.setattr(compiled_cache, "_cpu_flags", lambda: flags + " amx_fp8_restored")
@@ -254,8 +280,7 @@ def test_restore_on_another_cpu_recompiles_in_the_background(
     tensor = np.random.default_rng(4).random((1, 3, 224, 224), dtype=np.float32)
     expected = np.asarray(ov.Core().compile_model(old_version.model_file, "CPU")({0: tensor})[0])
 
-    lambda_runtime_hooks_runner.run_after_restore()
-    after = _hook_lines(capsys.readouterr().out)
+    after = _restore(capsys)
     assert after[-1]["cpu_changed"] == ["CPU"] and after[-1]["cpu_missing"] == []
     app.manager._last_check = float("-inf")  # a repository check is due on this request
     out = _predict(app, "classifier", {"instances": tensor.tolist()})
@@ -273,22 +298,20 @@ def test_restore_on_another_cpu_recompiles_in_the_background(
 
 def test_restore_on_a_cpu_lacking_a_feature_recompiles_before_any_request(
     app: App,
-    hooks: dict[str, Any],
+    snapshot: Snapshot,
     loads: list[str],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The snapshot's compile may use instructions this CPU lacks: it must not serve."""
-    lambda_runtime_hooks_runner.run_before_snapshot()
-    served = app.manager.models["classifier"]
+    served = snapshot.served
     old_version = served.default_version()
     flags = sorted(compiled_cache._cpu_flags().split())
     if len(flags) < 2:
         pytest.skip("this CPU reports fewer than two of the ISA flags the blob key holds")
     monkeypatch.setattr(compiled_cache, "_cpu_flags", lambda: flags[0])  # an older CPU
 
-    lambda_runtime_hooks_runner.run_after_restore()
-    after = _hook_lines(capsys.readouterr().out)
+    after = _restore(capsys)
     restored = next(line for line in after if line["hook"] == "after_restore")
     assert restored["cpu_changed"] == ["CPU"] and restored["cpu_missing"] == flags[1:]
     assert set(loads) == {"MainThread"}  # inside the hook: done before the first request

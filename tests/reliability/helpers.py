@@ -14,7 +14,7 @@ import requests
 
 from demo import models
 from tests.core.helpers import classifier_nhwc, free_port, save_ir, write_config
-from tests.grpc.helpers import slow_model
+from tests.handlers.grpc_server.helpers import slow_model
 
 __all__ = [
     "LIMIT_ENV",

@@ -1,4 +1,4 @@
-"""Property tests for the codecs tests/core/test_codec_properties.py does not reach: the gRPC
+"""Property tests for the codecs tests/core/codecs/test_codec_properties.py does not reach: the gRPC
 codecs (TFS TensorProto, KServe ModelInferRequest, both from arbitrary wire bytes and from
 arbitrary well-typed messages), the image codec, and KServe REST with edge-case declared
 shapes. Each input either decodes to exactly what
@@ -226,7 +226,7 @@ def test_kserve_bytes_round_trip(items: list[bytes], raw: bool) -> None:
     assert kserve_grpc.decode_inputs(request)["s"].tolist() == items
 
 
-# -- KServe REST: declared shapes (the case tests/core/test_codec_properties.py rarely draws) --
+# -- KServe REST: declared shapes (rarely drawn by tests/core/codecs/test_codec_properties.py) --
 
 EDGE_DIMS = st.lists(st.sampled_from([0, 1, 2, 4, 2**31, 2**40, 2**62]), max_size=4)
 
