@@ -72,6 +72,7 @@ class ModelVersion:
         self.status = Status(State.START)
         self.model_file: Path | None = None  # what _build found in the folder
         self.inputs: dict[str, TensorSpec] = {}
+        self.model_inputs: dict[str, TensorSpec] = {}  # what the model reads, of the inputs
         self.outputs: dict[str, TensorSpec] = {}
         self.timings: dict[str, float] = {}
         self._input_ports: dict[str, str] = {}  # served name -> model tensor name
@@ -429,6 +430,7 @@ class ModelVersion:
             served = aliases.inputs.get(real, real)
             self._input_ports[served] = real
             self.inputs[served] = _spec(served, port)
+        self.model_inputs = dict(self.inputs)
         for port in compiled.outputs:
             real = _port_name(port)
             served = aliases.outputs.get(real, real)
@@ -476,10 +478,17 @@ class ModelVersion:
             fitted = self.refit(self, inputs)
             if fitted is not self:
                 return fitted.infer(inputs)
-        ready = validate(self.inputs, inputs)
+        call = self._call(inputs)
+        ready = validate(self.model_inputs, call.inputs)
         feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
         with self.serving():
-            return self._run(feed)
+            outputs = self._run(feed, call)
+        return call.answer(outputs)
+
+    def _call(self, inputs: Inputs) -> Call:
+        """The hook a stateful model overrides: how one call gets the InferRequest it runs
+        on. Here: any request of the pool of the variant the requests in flight call for."""
+        return Call(self, inputs)
 
     @contextmanager
     def serving(self) -> Iterator[None]:
@@ -503,26 +512,33 @@ class ModelVersion:
             if not self._export_gate.is_set():
                 self._export_gate.set()
 
-    def _run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _run(self, feed: dict[str, np.ndarray], call: Call | None = None) -> dict[str, np.ndarray]:
+        """Run `feed` on the InferRequest `call` borrows (by default one of the pool), timing
+        the wait for it and counting the request on its variant, whatever the model."""
         if self._batcher is not None:
             if self._first is not None:
                 self._first.served.inc()
             return self._batcher.infer(feed)
-        first = self._first
-        if first is None:  # never built a pool (serving() only admits a loaded version)
+        waited = time.perf_counter()
+        with (call or Call(self, {})).borrow() as (variant, request):
+            self._wait_metric.observe((time.perf_counter() - waited) * 1e6)
+            variant.served.inc()
+            return self._infer_on(request, feed)
+
+    def first_variant(self) -> Variant:
+        """The variant every request may run on; ModelNotReadyError before the load built it
+        (serving() only admits a loaded version)."""
+        if self._first is None:
             raise ModelNotReadyError(
                 f"Model with requested version is not loaded yet - name: {self.name}; "
                 f"version: {self.version}"
             )
-        variant = adaptive.pick(self._inflight, first, self._second)
-        variant.served.inc()
-        waited = time.perf_counter()
-        request = variant.pool.get()
-        self._wait_metric.observe((time.perf_counter() - waited) * 1e6)
-        try:
-            return self._infer_on(request, feed)
-        finally:
-            variant.pool.put(request)
+        return self._first
+
+    def pick_variant(self) -> Variant:
+        """The variant a new request runs on: the throughput one among others in flight, once
+        compiled (core.runtime.adaptive), else the first."""
+        return adaptive.pick(self._inflight, self.first_variant(), self._second)
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -541,6 +557,30 @@ class ModelVersion:
         finally:
             self._active_metric.dec()
         return read_outputs(request, results, self._output_names, self.outputs)
+
+
+class Call:
+    """One infer call as a version serves it: the model inputs it carries, the InferRequest it
+    runs on (`borrow`), and what it answers (`answer`). A stateful model's calls (one per
+    sequence request, core.serving.stateful) choose their request and handle their state here;
+    the timing, metrics and errors around the inference stay ModelVersion's, the same for all."""
+
+    def __init__(self, version: ModelVersion, inputs: Inputs) -> None:
+        self.version = version
+        self.inputs = inputs
+
+    @contextmanager
+    def borrow(self) -> Iterator[tuple[Variant, ov.InferRequest]]:
+        """Any InferRequest of the chosen variant's pool, back in the pool afterwards."""
+        variant = self.version.pick_variant()
+        request = variant.pool.get()
+        try:
+            yield variant, request
+        finally:
+            variant.pool.put(request)
+
+    def answer(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return outputs
 
 
 def ov_input(array: np.ndarray) -> np.ndarray:
