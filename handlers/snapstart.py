@@ -232,21 +232,20 @@ def restart_clocks(app: App) -> None:
 
 def device_descriptions(app: App, refresh: bool) -> dict[str, str]:
     """{device: what the compiled-blob key holds of it}, re-read from this CPU when refresh."""
-    from core.runtime import compiled_cache
+    from core.runtime import blobs
 
     core = ov_core()
     if refresh:
-        with compiled_cache._device_lock:
-            compiled_cache._device_ids.clear()
+        blobs.forget_host()
     devices = {version.config.target_device for version in _versions(app)}
-    return {device: compiled_cache._device_id(core, device) for device in sorted(devices)}
+    return {device: blobs.device_id(core, device) for device in sorted(devices)}
 
 
 def cpu_flags() -> set[str]:
     """The CPU's ISA flags the compiled-blob key holds."""
-    from core.runtime import compiled_cache
+    from core.runtime import blobs
 
-    return set(compiled_cache._cpu_flags().split())
+    return set(blobs.cpu_flags().split())
 
 
 def recompile(app: App) -> None:

@@ -22,10 +22,13 @@ import openvino as ov
 from core import metrics
 from core.config import BatchingConfig, ModelConfig
 from core.errors import InternalError, ModelNotReadyError, ServingError
-from core.runtime import adaptive, devices
+from core.runtime import adaptive, blobs, devices
+from core.runtime import aliases as mapping_config
 from core.runtime.adaptive import Variant
 from core.runtime.auto_shape import Fit
 from core.runtime.batching import Batcher
+from core.runtime.blobs import BlobCache
+from core.runtime.host import Host
 from core.runtime.ov_core import ov_core
 from core.serving.servable import State, Status
 from core.storage import VersionFiles
@@ -59,8 +62,9 @@ class ModelVersion:
         config: ModelConfig,
         version: int,
         folder: Path,
-        cache_dir: str,
+        blobs: BlobCache | None = None,
         files: VersionFiles | None = None,
+        host: Host | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -68,7 +72,8 @@ class ModelVersion:
         self.folder = folder
         # what storage fetched into `folder`, some perhaps still in the bucket
         self.files = files if files is not None else VersionFiles(folder)
-        self.cache_dir = cache_dir
+        self.blobs = blobs if blobs is not None else BlobCache()  # where compiled blobs are
+        self.host = host if host is not None else Host()  # concurrent or one at a time
         self.status = Status(State.START)
         self.model_file: Path | None = None  # what _build found in the folder
         self.inputs: dict[str, TensorSpec] = {}
@@ -156,14 +161,12 @@ class ModelVersion:
     def _build(self) -> None:
         """Import the version's compiled blob if one has its key, else read and compile; the
         served signature comes from the compiled model either way (a blob needs no weights)."""
-        from core.runtime import compiled_cache, mapping
-
         path = self.model_file = self._model_path()
-        aliases = mapping.load(self.folder)
+        aliases = mapping_config.load(self.folder)
         core, properties = ov_core(), self._compile_config()
         device = devices.resolve(core, self.config.target_device)
         self._adapts = adaptive.applies(
-            compiled_cache.profile().concurrent,
+            self.host.adaptive,
             device,
             self._tuning_keys(),
             self.single_variant or self.config.dynamic_batching is not None,
@@ -171,13 +174,9 @@ class ModelVersion:
         if self._adapts:
             properties = adaptive.hinted(properties, adaptive.LATENCY)
         self.blob_key = self._blob_name(core, device, properties)
-        found = (
-            compiled_cache.find(self.blob_key, self.files, self.cache_dir)
-            if self.blob_key
-            else None
-        )
+        found = self.blobs.find(self.blob_key, self.files) if self.blob_key else None
         started = time.perf_counter()  # after find: a blob's download is a storage timing
-        imported = compiled_cache.load(core, found, device, properties) if found else None
+        imported = blobs.load(core, found, device, properties) if found else None
         self.timings["blob_hit"] = float(imported is not None)
         self.timings["read_s"] = 0.0  # no read when a blob imports
         model: ov.Model | None = None
@@ -188,8 +187,8 @@ class ModelVersion:
             started = time.perf_counter()
             self._compiled = core.compile_model(model, device, properties)
             if self.blob_key:
-                compiled_cache.save_later(
-                    self._compiled, self.blob_key, self.cache_dir, self._export_gate, self._retiring
+                self.blobs.save_later(
+                    self._compiled, self.blob_key, self._export_gate, self._retiring
                 )
         self.timings["compile_s"] = time.perf_counter() - started
         self._describe(self._compiled, aliases)
@@ -224,8 +223,6 @@ class ModelVersion:
 
     def _compile_second(self, model: ov.Model | None, aliases: Any) -> None:
         """Import or compile the throughput variant and start routing crowds to it (once)."""
-        from core.runtime import compiled_cache
-
         with self._second_lock:
             if self._second is not None or self._retiring():
                 return
@@ -260,9 +257,7 @@ class ModelVersion:
             metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).inc(second.pool.qsize())
             metrics.STREAMS.labels(*labels).set(max(_streams(compiled), _streams(first.compiled)))
             if key:
-                compiled_cache.save_later(
-                    compiled, key, self.cache_dir, self._export_gate, self._retiring
-                )
+                self.blobs.save_later(compiled, key, self._export_gate, self._retiring)
 
     def _variant_model(
         self,
@@ -275,10 +270,8 @@ class ModelVersion:
     ) -> tuple[ov.CompiledModel, np.memmap | None]:
         """The variant's blob when one has its key, else a compile of the version's model (the
         one the first variant compiled, or read again when that one came from a blob)."""
-        from core.runtime import compiled_cache
-
-        found = compiled_cache.find(key, self.files, self.cache_dir) if key else None
-        imported = compiled_cache.load(core, found, device, properties) if found else None
+        found = self.blobs.find(key, self.files) if key else None
+        imported = blobs.load(core, found, device, properties) if found else None
         if imported is not None:
             return imported
         if model is None:
@@ -294,37 +287,31 @@ class ModelVersion:
     def export_blob(self, folder: Path) -> Path | None:
         """Write the compiled model to folder/<blob_key>.blob; None when it is not serving or
         its config disallows blobs (allow_cache false)."""
-        from core.runtime import compiled_cache
-
         compiled = self._compiled
         if compiled is None or not self.available or not self.blob_key:
             return None
-        return compiled_cache.write(compiled, self.blob_key, folder)
+        return blobs.write(compiled, self.blob_key, folder)
 
     def export_blobs(self, folder: Path) -> list[Path]:
         """export_blob, and for an adaptive version its throughput variant's blob too (compiled
         now if the background has not yet): each variant has its own key."""
-        from core.runtime import compiled_cache
-
         first = self.export_blob(folder)
         if first is None:
             return []
         if not self._adapts:
             return [first]
-        self._compile_second(None, _mapping(self.folder))  # a no-op once compiled
+        self._compile_second(None, mapping_config.load(self.folder))  # a no-op once compiled
         second, key = self._second, self._second_key()[2]
         if second is None or not key:
             return [first]
-        return [first, compiled_cache.write(second.compiled, key, folder)]
+        return [first, blobs.write(second.compiled, key, folder)]
 
     def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
         """The compiled blob's key; "" when the config disallows blobs."""
-        from core.runtime import compiled_cache
-
         c = self.config
         if not c.allow_cache:
             return ""
-        return compiled_cache.key(
+        return blobs.key(
             core,
             device,
             self.files,
@@ -357,15 +344,10 @@ class ModelVersion:
         """Hook for subclasses (stateful models) to transform the read model."""
 
     def _compile_config(self) -> dict[str, Any]:
-        """Host defaults (core.runtime.compiled_cache.default_properties), then the model's
-        plugin_config, which always wins. OpenVINO's CACHE_DIR is not set by default: compiled
-        blobs are handled by core.runtime.compiled_cache (a plugin_config CACHE_DIR still
-        applies)."""
-        from core.runtime import compiled_cache
-
-        config: dict[str, Any] = compiled_cache.default_properties(
-            compiled_cache.profile().concurrent
-        )
+        """Host defaults (core.runtime.host), then the model's plugin_config, which always
+        wins. OpenVINO's CACHE_DIR is not set by default: compiled blobs are handled by
+        core.runtime.blobs (a plugin_config CACHE_DIR still applies)."""
+        config: dict[str, Any] = self.host.default_properties()
         config.update({k: str(v) for k, v in self.config.plugin_config.items()})
         return config
 
@@ -388,13 +370,11 @@ class ModelVersion:
         at least two per stream, so a stream has the next request queued when one ends. The
         latency variant of an adaptive version (`lone`) only runs a request that is alone in
         flight: one InferRequest (each holds its own activation buffers)."""
-        from core.runtime import compiled_cache
-
         size = self.config.nireq or int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         if lone:
             size = 1
-        elif not self.config.nireq and compiled_cache.profile().concurrent:
-            size = max(size, 2 * _streams(compiled))
+        elif not self.config.nireq:
+            size = max(size, self.host.pool_floor(_streams(compiled)))
         pool: queue.Queue[ov.InferRequest] = queue.Queue()
         for _ in range(max(size, 1)):
             pool.put(compiled.create_infer_request())
@@ -619,12 +599,6 @@ def _cause(exc: Exception) -> str:
     ]
     text = " ".join(useful) or " ".join(line for line in lines if line)
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, RuntimeError) else text
-
-
-def _mapping(folder: Path) -> Any:
-    from core.runtime import mapping
-
-    return mapping.load(folder)
 
 
 def _graph_extras(config: ModelConfig, fit: Fit) -> tuple[object, ...]:

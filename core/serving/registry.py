@@ -20,6 +20,8 @@ from core import errors, metrics
 from core.config import MetricsConfig, ModelConfig, ServerConfig, Settings
 from core.config.pipelines import PipelineConfig
 from core.runtime import auto_shape
+from core.runtime.blobs import BlobCache
+from core.runtime.host import Host
 from core.runtime.ov_core import add_extension
 from core.serving.model import RETIRE_GRACE_S, ModelVersion
 from core.serving.pipeline import Pipeline
@@ -36,7 +38,8 @@ class ServedModel:
 
     config: ModelConfig
     repository: Repository
-    cache_dir: str
+    blobs: BlobCache  # where its versions find and write compiled blobs (the manager's)
+    host: Host = field(default_factory=Host)  # the manager's: concurrent or one at a time
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     fingerprints: dict[int, str] = field(default_factory=dict)
     error: str = ""  # why the repository itself could not be read, if it could not
@@ -183,20 +186,22 @@ class ServedModel:
         try:
             files = self.repository.fetch(number)
         except Exception as exc:  # this version fails, with the cause; the others serve
-            failed = kind(self.config, number, Path(), self.cache_dir)
+            failed = self._new(kind, number, VersionFiles(Path()))
             failed.status = Status(
                 State.LOADING, "UNKNOWN", _relative(_cause(exc), self.config.base_path)
             )
             log.error("Model %s version %d: %s", self.name, number, _cause(exc))
             return failed, False
-        version = _version_class(self.config, files.folder)(
-            self.config, number, files.folder, self.cache_dir, files=files
-        )
+        version = self._new(_version_class(self.config, files.folder), number, files)
         if auto_shape.uses_auto(self.config):
             version.refit = self.refit
         if load:
             version.load()
         return version, True
+
+    def _new(self, kind: type[ModelVersion], number: int, files: VersionFiles) -> ModelVersion:
+        """A version object of this model (not loaded) over `files`."""
+        return kind(self.config, number, files.folder, self.blobs, files=files, host=self.host)
 
     def refit(self, old: ModelVersion, inputs: dict[str, Any]) -> ModelVersion:
         """batch_size / shape "auto": the version to run `inputs` on, `old` unless it needs a
@@ -221,9 +226,7 @@ class ServedModel:
             current.version,
             fit.describe(),
         )
-        version = type(current)(
-            self.config, current.version, current.folder, self.cache_dir, files=current.files
-        )
+        version = self._new(type(current), current.version, current.files)
         version.fit, version.refit = fit, self.refit
         serving = current.status
         current.status = Status(
@@ -319,6 +322,14 @@ def _version_class(config: ModelConfig, folder: Path | None = None) -> type[Mode
     return ModelVersion
 
 
+def blob_cache(settings: Settings) -> BlobCache:
+    """The compiled-blob cache the settings describe. Blobs are exported on concurrent hosts
+    unless OVS_EXPORT_BLOBS says otherwise (a one-request instance rarely lives to reuse one)."""
+    export = settings.concurrent if settings.export_blobs is None else settings.export_blobs
+    folders = tuple(folder for folder in settings.compiled_cache if folder)
+    return BlobCache(settings.cache_dir, folders, export)
+
+
 def _configure_sequence_cleaner(minutes: float) -> None:
     """--sequence_cleaner_poll_wait_minutes: one setting for every stateful model."""
     from core.serving.stateful import StatefulModelVersion
@@ -358,11 +369,8 @@ def _detail(status: Status) -> str:
 
 class ModelManager:
     def __init__(self, settings: Settings) -> None:
-        from core.runtime import compiled_cache
-
-        compiled_cache.configure(
-            settings.concurrent, settings.compiled_cache, settings.export_blobs
-        )
+        self.host = Host(settings.concurrent)
+        self.blobs = blob_cache(settings)
         add_extension(settings.cpu_extension)
         _configure_sequence_cleaner(settings.sequence_cleaner_minutes)
         self.settings = settings
@@ -491,7 +499,7 @@ class ModelManager:
                 repository = flat_aware(repository)  # OVMS's unversioned graph folder
         except Exception as exc:  # this model fails, with the cause; the others serve
             repository = _Unreadable(config.base_path, _cause(exc))
-        return ServedModel(config, repository, self.settings.cache_dir)
+        return ServedModel(config, repository, self.blobs, self.host)
 
     def reload(self) -> bool:
         """Re-read the config file (if any) and every repository; True when anything changed.

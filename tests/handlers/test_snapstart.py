@@ -24,7 +24,7 @@ from awslambdaric import lambda_runtime_hooks_runner
 from core import metrics
 from core.api import App, make_request
 from core.config import Settings
-from core.runtime import compiled_cache
+from core.runtime import blobs
 from core.serving.model import ModelVersion
 from core.serving.registry import ModelManager
 from demo.models import classifier, save, scaler
@@ -242,8 +242,8 @@ def test_restore_on_another_cpu_recompiles_in_the_background(
     lambda_runtime_hooks_runner.run_before_snapshot()
     served = app.manager.models["classifier"]
     old_version = served.default_version()
-    flags = compiled_cache._cpu_flags()  # this CPU, and one more feature (a newer CPU)
-    monkeypatch.setattr(compiled_cache, "_cpu_flags", lambda: flags + " amx_fp8_restored")
+    flags = blobs.cpu_flags()  # this CPU, and one more feature (a newer CPU)
+    monkeypatch.setattr(blobs, "cpu_flags", lambda: flags + " amx_fp8_restored")
     counted_load = ModelVersion.load
 
     def slow_load(self: ModelVersion) -> None:  # a compile long enough to overlap a request
@@ -282,10 +282,10 @@ def test_restore_on_a_cpu_lacking_a_feature_recompiles_before_any_request(
     lambda_runtime_hooks_runner.run_before_snapshot()
     served = app.manager.models["classifier"]
     old_version = served.default_version()
-    flags = sorted(compiled_cache._cpu_flags().split())
+    flags = sorted(blobs.cpu_flags().split())
     if len(flags) < 2:
         pytest.skip("this CPU reports fewer than two of the ISA flags the blob key holds")
-    monkeypatch.setattr(compiled_cache, "_cpu_flags", lambda: flags[0])  # an older CPU
+    monkeypatch.setattr(blobs, "cpu_flags", lambda: flags[0])  # an older CPU
 
     lambda_runtime_hooks_runner.run_after_restore()
     after = _hook_lines(capsys.readouterr().out)
