@@ -9,7 +9,6 @@ Readers never take a lock on the hot path.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -330,13 +329,6 @@ def blob_cache(settings: Settings) -> BlobCache:
     return BlobCache(settings.cache_dir, folders, export)
 
 
-def _configure_sequence_cleaner(minutes: float) -> None:
-    """--sequence_cleaner_poll_wait_minutes: one setting for every stateful model."""
-    from core.serving.stateful import StatefulModelVersion
-
-    StatefulModelVersion.idle_seconds = minutes * 60 if minutes > 0 else math.inf
-
-
 def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
     """A retried version that failed again exactly as before: nothing changed."""
     return old is not None and new.status.error_code != "OK" and old.status == new.status
@@ -369,10 +361,9 @@ def _detail(status: Status) -> str:
 
 class ModelManager:
     def __init__(self, settings: Settings) -> None:
-        self.host = Host(settings.concurrent)
+        self.host = Host.of(settings.concurrent, settings.sequence_cleaner_minutes)
         self.blobs = blob_cache(settings)
         add_extension(settings.cpu_extension)
-        _configure_sequence_cleaner(settings.sequence_cleaner_minutes)
         self.settings = settings
         self.models: dict[str, ServedModel] = {}
         self.pipelines: dict[str, ServedPipeline] = {}

@@ -21,6 +21,7 @@ import openvino as ov
 
 from core.errors import InvalidInputError, NotFoundError, ServingError
 from core.runtime.adaptive import Variant
+from core.runtime.host import SEQUENCE_IDLE_S
 from core.serving.model import Call, ModelVersion
 from core.tensors import dtypes
 from core.tensors.spec import Inputs, TensorSpec
@@ -28,7 +29,7 @@ from core.tensors.spec import Inputs, TensorSpec
 SEQUENCE_ID = "sequence_id"
 CONTROL = "sequence_control_input"
 NO_CONTROL, START, END = 0, 1, 2
-IDLE_SECONDS = 300.0
+IDLE_SECONDS = SEQUENCE_IDLE_S
 
 
 class SequenceExistsError(ServingError):
@@ -50,7 +51,6 @@ class _Sequence:
 
 class StatefulModelVersion(ModelVersion):
     single_variant = True  # a sequence's state lives in one InferRequest of one compiled model
-    idle_seconds = IDLE_SECONDS
 
     def _build(self) -> None:
         super()._build()
@@ -67,6 +67,7 @@ class StatefulModelVersion(ModelVersion):
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._swept = time.monotonic()
+        self.idle_seconds = self.host.sequence_idle_s  # the manager's cleaner setting
 
     def _transform(self, model: ov.Model) -> None:
         if self.config.low_latency_transformation:
