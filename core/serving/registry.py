@@ -8,9 +8,11 @@ Readers never take a lock on the hot path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -544,6 +546,17 @@ class ModelManager:
             self._reload_quietly()
         finally:
             self._check_lock.release()
+
+    def restart_clock(self) -> None:
+        """The next repository check is one reload_interval from now."""
+        self._last_check = time.monotonic()
+
+    @contextlib.contextmanager
+    def checks_held(self) -> Iterator[None]:
+        """While held, a request's repository check (reload_if_due) skips instead of
+        waiting for it."""
+        with self._check_lock:
+            yield
 
     def _reload_quietly(self) -> None:
         """A background or per-request reload: a failure is logged, never raised."""

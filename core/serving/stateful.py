@@ -131,6 +131,20 @@ class StatefulModelVersion(ModelVersion):
             ]:
                 del self._sequences[number]
 
+    def restart_ids(self, first: int) -> None:
+        """Server-assigned sequence ids count on from `first` (a restored snapshot's copies
+        must not hand out the same ones)."""
+        with self._lock:
+            self._ids = itertools.count(first)
+
+    def restart_clocks(self, now: float) -> None:
+        """Idle times count from `now` (monotonic times taken before a snapshot mean nothing
+        after its restore)."""
+        with self._lock:
+            self._swept = now
+            for sequence in self._sequences.values():
+                sequence.used = now
+
     @property
     def sequence_count(self) -> int:
         return len(self._sequences)

@@ -303,3 +303,20 @@ def test_restore_on_a_cpu_lacking_a_feature_recompiles_before_any_request(
 def test_without_snapshot_restore_py_nothing_is_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "snapshot_restore_py", None)
     assert snapstart.register({}) is False
+
+
+def test_the_hooks_use_only_public_functions_of_the_core() -> None:
+    """What a snapshot copies is renewed through the core modules' public functions, so a
+    change inside one of them cannot silently break a restore: the hooks read or write no
+    private name (`x._name`) of another object."""
+    import ast
+
+    tree = ast.parse(Path(snapstart.__file__).read_text())
+    private = sorted(
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    )
+    assert private == []
