@@ -21,7 +21,7 @@ import openvino as ov
 
 from core import metrics
 from core.config import BatchingConfig, ModelConfig
-from core.errors import InternalError, ModelNotReadyError, ServingError
+from core.errors import InternalError, ModelNotReadyError, ServingError, relative
 from core.runtime import adaptive, blobs, devices
 from core.runtime import aliases as mapping_config
 from core.runtime.adaptive import Variant
@@ -435,11 +435,9 @@ class ModelVersion:
     def _relative(self, text: str) -> str:
         """`text` with this version's folder written relative to the model's base path (its
         number): a client never sees the server's absolute paths (the log does)."""
-        if self.folder == Path():
+        if self.folder == Path():  # no files were fetched: nothing of the server's to hide
             return text
-        for folder in sorted({str(self.folder), str(self.folder.resolve())}, key=len, reverse=True):
-            text = text.replace(folder, str(self.version))
-        return text
+        return relative(text, self.folder, str(self.version))
 
     # -- serving -------------------------------------------------------------------------------
 

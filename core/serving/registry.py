@@ -100,7 +100,7 @@ class ServedModel:
             try:
                 present = self.repository.versions()
             except Exception as exc:  # this model fails, with the cause; the others serve
-                self.error = _relative(_cause(exc), self.config.base_path)
+                self.error = errors.relative(_cause(exc), self.config.base_path)
                 log.error("Model %s: %s", self.name, _cause(exc))
                 return False
             missing = "" if present else "No version found in the model's base path"
@@ -189,7 +189,7 @@ class ServedModel:
         except Exception as exc:  # this version fails, with the cause; the others serve
             failed = self._new(kind, number, VersionFiles(Path()))
             failed.status = Status(
-                State.LOADING, "UNKNOWN", _relative(_cause(exc), self.config.base_path)
+                State.LOADING, "UNKNOWN", errors.relative(_cause(exc), self.config.base_path)
             )
             log.error("Model %s version %d: %s", self.name, number, _cause(exc))
             return failed, False
@@ -334,19 +334,6 @@ def blob_cache(settings: Settings) -> BlobCache:
 def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
     """A retried version that failed again exactly as before: nothing changed."""
     return old is not None and new.status.error_code != "OK" and old.status == new.status
-
-
-def _relative(text: str, base_path: str) -> str:
-    """`text` with a local base path written relative to itself ("1/model.xml", "."), for
-    clients: they never see the server's absolute paths (the log does). Bucket URLs stay."""
-    if "://" in base_path or not base_path:
-        return text
-    roots = sorted({base_path.rstrip("/"), str(Path(base_path).resolve())}, key=len, reverse=True)
-    for root in roots:
-        text = text.replace(root + "/", "")
-    for root in roots:
-        text = text.replace(root, ".")
-    return text
 
 
 def _cause(exc: Exception) -> str:
