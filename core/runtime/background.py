@@ -49,11 +49,11 @@ def wait(gate: threading.Event | None, timeout: float) -> bool:
     return not _exiting.is_set()
 
 
-def finish(limit: float = EXIT_WAIT_S) -> bool:
-    """Skip the tasks still waiting, join the working ones for `limit` seconds in all; True
-    when none is left. Runs at interpreter exit."""
+def finish(limit: float | None = None) -> bool:
+    """Skip the tasks still waiting, join the working ones for `limit` seconds in all (by
+    default EXIT_WAIT_S); True when none is left. Runs at interpreter exit."""
     _exiting.set()
-    deadline = time.monotonic() + limit
+    deadline = time.monotonic() + (EXIT_WAIT_S if limit is None else limit)
     with _lock:
         threads = list(_running)
     for thread in threads:
