@@ -52,6 +52,13 @@ def wait_for_blob(cache: Path, pattern: str = "*") -> Path:
     raise AssertionError("no blob written")
 
 
+def first_load(tmp_path: Path, factor: float) -> tuple[Path, ModelVersion]:
+    """A scaler by `factor` saved as version 1 of model m, and loaded (its blob key known)."""
+    folder = tmp_path / "m" / "1"
+    save(scaler(factor), folder)
+    return folder, version(folder, tmp_path / "cache")
+
+
 def run(loaded: ModelVersion) -> np.ndarray:
     return loaded.infer({"x": np.ones((2, 4), np.float32)})["y"]
 
@@ -112,9 +119,7 @@ def test_one_request_hosts_read_blobs_but_do_not_write(tmp_path: Path) -> None:
 
 
 def test_blob_next_to_the_model_is_used(tmp_path: Path) -> None:
-    folder = tmp_path / "m" / "1"
-    save(scaler(5.0), folder)
-    loaded = version(folder, tmp_path / "cache")
+    folder, loaded = first_load(tmp_path, 5.0)
     blobs.write(loaded._compiled, loaded.blob_key, folder / blobs.BLOB_FOLDER)
     again = version(folder, tmp_path / "cache2")
     assert again.timings["blob_hit"] == 1.0
@@ -123,9 +128,7 @@ def test_blob_next_to_the_model_is_used(tmp_path: Path) -> None:
 
 def test_a_retired_version_unmaps_its_blob(tmp_path: Path) -> None:
     """The blob's disk space comes back once the version ends (its file may be deleted)."""
-    folder = tmp_path / "m" / "1"
-    save(scaler(5.0), folder)
-    loaded = version(folder, tmp_path / "cache")
+    folder, loaded = first_load(tmp_path, 5.0)
     blob = blobs.write(loaded._compiled, loaded.blob_key, tmp_path / "baked")
     imported = version(folder, tmp_path / "cache2", folders=(str(blob.parent),))
     assert imported.timings["blob_hit"] == 1.0
@@ -136,9 +139,7 @@ def test_a_retired_version_unmaps_its_blob(tmp_path: Path) -> None:
 
 
 def test_broken_blob_falls_back_to_a_compile(tmp_path: Path) -> None:
-    folder = tmp_path / "m" / "1"
-    save(scaler(2.0), folder)
-    loaded = version(folder, tmp_path / "cache")
+    folder, loaded = first_load(tmp_path, 2.0)
     (folder / blobs.BLOB_FOLDER).mkdir()
     (folder / blobs.BLOB_FOLDER / f"{loaded.blob_key}.blob").write_bytes(b"junk" * 99)
     again = version(folder, tmp_path / "cache")
