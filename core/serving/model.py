@@ -152,38 +152,42 @@ class ModelVersion(PooledVersion):
                 self._export_gate.set()
 
     def _run(self, feed: dict[str, np.ndarray], call: Call | None = None) -> dict[str, np.ndarray]:
-        """Run `feed` on the InferRequest `call` borrows (by default one of the pool), timing
+        """Run `feed` on the InferRequest `call` takes (by default one of the pool), timing
         the wait for it and counting the request on its variant, whatever the model."""
         if self._batcher is not None:
             if self._first is not None:
                 self._first.served.inc()
             return self._batcher.infer(feed)
+        call = call or Call(self, {})
         waited = time.perf_counter()
-        with (call or Call(self, {})).borrow() as (variant, request):
+        variant, request = call.take()
+        try:
             self._wait_metric.observe((time.perf_counter() - waited) * 1e6)
             variant.served.inc()
             return self._infer_on(request, feed)
+        finally:
+            call.give_back(variant, request)
 
 
 class Call:
     """One infer call as a version serves it: the model inputs it carries, the InferRequest it
-    runs on (`borrow`), and what it answers (`answer`). A stateful model's calls (one per
-    sequence request, core.serving.stateful) choose their request and handle their state here;
+    runs on (`take`, then `give_back`), and what it answers (`answer`). A stateful model's
+    calls (core.serving.stateful) choose their sequence's request and handle its state here;
     the timing, metrics and errors around the inference stay ModelVersion's, the same for all."""
 
     def __init__(self, version: ModelVersion, inputs: Inputs) -> None:
         self.version = version
         self.inputs = inputs
 
-    @contextmanager
-    def borrow(self) -> Iterator[tuple[Variant, ov.InferRequest]]:
-        """Any InferRequest of the chosen variant's pool, back in the pool afterwards."""
+    def take(self) -> tuple[Variant, ov.InferRequest]:
+        """Any InferRequest of the pool of the variant the requests in flight call for (it
+        waits for one to be free)."""
         variant = self.version.pick_variant()
-        request = variant.pool.get()
-        try:
-            yield variant, request
-        finally:
-            variant.pool.put(request)
+        return variant, variant.pool.get()
+
+    def give_back(self, variant: Variant, request: ov.InferRequest) -> None:
+        """After the inference, whatever its outcome."""
+        variant.pool.put(request)
 
     def answer(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return outputs

@@ -12,8 +12,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -163,13 +161,16 @@ class _SequenceCall(Call):
         self.sequence_id, self.control = sequence_id, control
         self.number = 0
 
-    @contextmanager
-    def borrow(self) -> Iterator[tuple[Variant, ov.InferRequest]]:
+    def take(self) -> tuple[Variant, ov.InferRequest]:
+        """The sequence's own InferRequest, once its previous call is done."""
         variant = self.version.first_variant()
-        self.number, sequence = self.version._open(self.sequence_id, self.control)
-        with sequence.lock:
-            sequence.used = time.monotonic()
-            yield variant, sequence.request
+        self.number, self.sequence = self.version._open(self.sequence_id, self.control)
+        self.sequence.lock.acquire()
+        self.sequence.used = time.monotonic()
+        return variant, self.sequence.request
+
+    def give_back(self, variant: Variant, request: ov.InferRequest) -> None:
+        self.sequence.lock.release()
 
     def answer(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.control == END:
