@@ -163,10 +163,9 @@ def after_restore(
         if missing:  # the old compile may use instructions this CPU lacks: not one more call
             recompile(built)
         elif changed:
-            _recompile = threading.Thread(
-                target=recompile, args=(built,), name="snapstart-recompile", daemon=True
-            )
-            _recompile.start()
+            from core.runtime import background  # the exit waits for a compile under way
+
+            _recompile = background.start(lambda: recompile(built), "snapstart-recompile")
     _log("after_restore", steps, cpu_changed=changed, cpu_missing=missing)
     if cold_start is not None:
         cold_start["restored"] = True

@@ -49,6 +49,11 @@ def wait(gate: threading.Event | None, timeout: float) -> bool:
     return not _exiting.is_set()
 
 
+def pause(seconds: float) -> bool:
+    """Sleep `seconds`, less when the process starts exiting; False then."""
+    return not _exiting.wait(seconds)
+
+
 def finish(limit: float | None = None) -> bool:
     """Skip the tasks still waiting, join the working ones for `limit` seconds in all (by
     default EXIT_WAIT_S); True when none is left. Runs at interpreter exit."""

@@ -20,6 +20,7 @@ import numpy as np
 import openvino as ov
 
 from core.errors import ModelNotReadyError, ServingError, relative
+from core.runtime import background
 from core.runtime.adaptive import Variant
 from core.serving.compiled import log, ov_cause
 from core.serving.pools import PooledVersion
@@ -66,7 +67,7 @@ class ModelVersion(PooledVersion):
 
         The grace covers requests that resolved this version just before it was unpublished
         and are still decoding their body: they run on it rather than fail."""
-        time.sleep(grace)
+        background.pause(grace)  # cut short when the process exits
         with self._idle:
             self._idle.wait_for(lambda: self._inflight == 0, timeout=300)
             batcher, self._batcher = self._batcher, None

@@ -18,7 +18,7 @@ from typing import Any
 
 from core import errors, metrics
 from core.config import ModelConfig
-from core.runtime import auto_shape
+from core.runtime import auto_shape, background
 from core.runtime.blobs import BlobCache
 from core.runtime.host import Host
 from core.serving.model import ModelVersion
@@ -284,9 +284,8 @@ class ServedModel:
                 if release:
                     self.repository.release(version.files)
 
-            threading.Thread(
-                target=drain, name=f"retire-{version.name}-{version.version}", daemon=True
-            ).start()
+            # the exit waits for a drain: it releases OpenVINO objects
+            background.start(drain, f"retire-{version.name}-{version.version}")
 
 
 def _version_class(config: ModelConfig, folder: Path | None = None) -> type[ModelVersion]:
