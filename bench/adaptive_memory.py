@@ -118,7 +118,7 @@ def export_blobs(model_file: Path) -> None:
 
 
 def imported(core: ov.Core, model_file: Path, specs: list[tuple[str, str, int]]) -> list:
-    """Each (blob, hint, requests) imported as core.runtime.compiled_cache does (np.memmap,
+    """Each (blob, hint, requests) imported as core.runtime.blobs does (np.memmap,
     copy on write, shared with the tensor), one mapping per blob file, requests run once."""
     x = np.zeros((1, 3, 224, 224), np.float32)
     maps: dict[str, np.memmap] = {}

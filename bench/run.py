@@ -358,9 +358,9 @@ def gcs_upload(model_dir: Path, model: str) -> tuple[Any, dict[str, Any]]:
 
 def make_blob(root: Path, model: str, model_path: str) -> Path:
     """The compiled blob a Lambda (LATENCY, one request at a time) would import, made the
-    documented way (core.runtime.compiled_cache.export_manager), into root/blobs."""
+    documented way (core.runtime.blobs.export_manager), into root/blobs."""
     from core.config import Settings
-    from core.runtime.compiled_cache import export_manager
+    from core.runtime.blobs import export_manager
     from core.serving.registry import ModelManager
 
     settings = Settings(model_name=model, model_path=model_path, cache_dir=str(root / "blob-cache"))

@@ -26,6 +26,8 @@ imports grpc. REST bodies are `{"error": "..."}` exactly as TF Serving and OVMS 
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import ClassVar
 
 import orjson
@@ -37,6 +39,23 @@ def shorten(text: str, limit: int = 200) -> str:
     """A client-supplied name as it may appear in a message: bounded, so that a 100 KB
     model name cannot blow up an error (or the gRPC trailer that carries it)."""
     return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
+
+
+def relative(text: str, folder: str | Path, name: str = ".") -> str:
+    """`text` with a server folder written relative, as `name`: `<folder>/x` becomes `x` (or
+    `<name>/x`), `<folder>` itself `name`. Both spellings of the folder are replaced, as given
+    and resolved. A client never sees the server's absolute paths (the log keeps them); a
+    bucket URL leaves the text as it is."""
+    given = str(folder).rstrip(os.sep)
+    if not given or "://" in given:
+        return text
+    spellings = sorted({given, str(Path(given).resolve())}, key=len, reverse=True)
+    prefix = "" if name == "." else name + os.sep
+    for spelling in spellings:
+        text = text.replace(spelling + os.sep, prefix)
+    for spelling in spellings:
+        text = text.replace(spelling, name)
+    return text
 
 
 class ServingError(Exception):

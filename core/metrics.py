@@ -298,6 +298,34 @@ def track(api: str, interface: str, method: str, name: str, version: int | None)
             )
 
 
+Snapshot = dict[tuple[str, tuple[str, ...]], tuple[list[int], float]]
+
+
+def snapshot() -> Snapshot:
+    """Every sample's state now: a histogram's bucket counts and sum, a value's value."""
+    saved: Snapshot = {}
+    for family in REGISTRY:
+        for values, child in list(family._children.items()):
+            if isinstance(child, Buckets):
+                with child._lock:
+                    saved[family.name, values] = (list(child.counts), child.sum)
+            else:
+                saved[family.name, values] = ([], child.value)
+    return saved
+
+
+def restore(saved: Snapshot) -> None:
+    """Put every sample back as `saved` has it; a sample made since goes back to zero."""
+    for family in REGISTRY:
+        for values, child in list(family._children.items()):
+            if isinstance(child, Buckets):
+                counts, total = saved.get((family.name, values), ([0] * len(child.counts), 0.0))
+                with child._lock:
+                    child.counts, child.sum = list(counts), total
+            else:
+                child.value = saved.get((family.name, values), ([], 0.0))[1]
+
+
 def _v(version: int | None) -> str:
     return "" if version is None else str(version)
 

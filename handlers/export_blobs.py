@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(settings: Settings, args: argparse.Namespace) -> int:
     """Print each blob written (and, per version, where it goes); exit 1 when a version did
     not load, so a build step that bakes blobs fails instead of shipping without one."""
-    from core.runtime.compiled_cache import export_manager
+    from core.runtime.blobs import export_manager
     from core.serving.registry import ModelManager
 
     manager = ModelManager.start(settings)

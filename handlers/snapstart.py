@@ -18,15 +18,15 @@ from the snapshot's past, is renewed:
                       inside the hook, when this CPU lacks a flag the old compile may use
 
 Each hook logs one JSON line, `{"ov_serverless_snapstart": {...}}`, with its steps' durations.
-This module reaches into the core's process-wide state on purpose: it is the one place that
-knows what a snapshot copies; tests/handlers/test_snapstart.py holds it to that. It imports
-nothing at import time beyond what the handler has already imported.
+This module is the one place that knows what a snapshot copies; it renews that state through
+the core's public functions (metrics.snapshot/restore, blobs.forget_host, the stateful
+versions' and the manager's clock restarts); tests/handlers/test_snapstart.py holds it to
+that. It imports nothing at import time beyond what the handler has already imported.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import random
 import secrets
@@ -131,29 +131,11 @@ def _metrics_unchanged() -> Iterator[None]:
     a restored copy's metrics count its own requests only."""
     from core import metrics
 
-    def state() -> dict[tuple[str, tuple[str, ...]], tuple[list[int], float]]:
-        saved = {}
-        for family in metrics.REGISTRY:
-            for values, child in list(family._children.items()):
-                if isinstance(child, metrics.Buckets):
-                    saved[family.name, values] = (list(child.counts), child.sum)
-                else:
-                    saved[family.name, values] = ([], child.value)
-        return saved
-
-    before = state()
+    before = metrics.snapshot()
     try:
         yield
     finally:
-        for family in metrics.REGISTRY:
-            for values, child in list(family._children.items()):
-                counts, total = before.get(
-                    (family.name, values), ([0] * len(getattr(child, "counts", ())), 0.0)
-                )
-                if isinstance(child, metrics.Buckets):
-                    child.counts, child.sum = counts, total
-                else:
-                    child.value = total
+        metrics.restore(before)
 
 
 # -- after a restore -------------------------------------------------------------------------------
@@ -181,10 +163,9 @@ def after_restore(
         if missing:  # the old compile may use instructions this CPU lacks: not one more call
             recompile(built)
         elif changed:
-            _recompile = threading.Thread(
-                target=recompile, args=(built,), name="snapstart-recompile", daemon=True
-            )
-            _recompile.start()
+            from core.runtime import background  # the exit waits for a compile under way
+
+            _recompile = background.start(lambda: recompile(built), "snapstart-recompile")
     _log("after_restore", steps, cpu_changed=changed, cpu_missing=missing)
     if cold_start is not None:
         cold_start["restored"] = True
@@ -199,8 +180,8 @@ def reseed(app: App) -> None:
     random.seed(secrets.randbits(128))
     np.random.seed(secrets.randbits(32))
     for version in _every_version(app):
-        if isinstance(version, StatefulModelVersion) and hasattr(version, "_ids"):
-            version._ids = itertools.count(secrets.randbelow(1 << 62) + 1)
+        if isinstance(version, StatefulModelVersion) and version.available:
+            version.restart_ids(secrets.randbelow(1 << 62) + 1)
 
 
 def renew_storage(app: App) -> None:
@@ -222,39 +203,35 @@ def restart_clocks(app: App) -> None:
     from core.serving.stateful import StatefulModelVersion
 
     now = time.monotonic()
-    app.manager._last_check = now  # the next repository check: one reload_interval from now
+    app.manager.restart_clock()  # the next repository check: one reload_interval from now
     for version in _every_version(app):
-        if isinstance(version, StatefulModelVersion) and hasattr(version, "_swept"):
-            version._swept = now
-            for sequence in list(version._sequences.values()):
-                sequence.used = now
+        if isinstance(version, StatefulModelVersion) and version.available:
+            version.restart_clocks(now)
 
 
 def device_descriptions(app: App, refresh: bool) -> dict[str, str]:
     """{device: what the compiled-blob key holds of it}, re-read from this CPU when refresh."""
-    from core.runtime import compiled_cache
+    from core.runtime import blobs
 
     core = ov_core()
     if refresh:
-        with compiled_cache._device_lock:
-            compiled_cache._device_ids.clear()
+        blobs.forget_host()
     devices = {version.config.target_device for version in _versions(app)}
-    return {device: compiled_cache._device_id(core, device) for device in sorted(devices)}
+    return {device: blobs.device_id(core, device) for device in sorted(devices)}
 
 
 def cpu_flags() -> set[str]:
     """The CPU's ISA flags the compiled-blob key holds."""
-    from core.runtime import compiled_cache
+    from core.runtime import blobs
 
-    return set(compiled_cache._cpu_flags().split())
+    return set(blobs.cpu_flags().split())
 
 
 def recompile(app: App) -> None:
     """Compile every model again for this CPU, each beside its serving compile, which keeps
     answering until the new one is AVAILABLE."""
     started = time.perf_counter()
-    # held: a request's repository check (reload_if_due) skips instead of waiting for it
-    with app.manager._check_lock:
+    with app.manager.checks_held():
         for served in list(app.manager.models.values()):
             served.fingerprints.clear()  # every version is stale: sync loads each anew
             served.sync(load=True)

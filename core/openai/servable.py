@@ -67,12 +67,12 @@ class TextModelVersion(ModelVersion):
 
     def _blob_name(self, core: ov.Core, device: str, properties: dict[str, Any]) -> str:
         """The blob holds the pooling and normalisation too: the options are in its key."""
-        from core.runtime import compiled_cache
+        from core.runtime import blobs
 
         if not self.config.allow_cache:
             return ""
         o = self.options
-        return compiled_cache.key(
+        return blobs.key(
             core,
             device,
             self.files,

@@ -1,3 +1,4 @@
-"""OpenVINO and nothing about requests: compiled-blob cache and host defaults (compiled_cache),
-reshaping (reshape, auto_shape), mapping_config.json aliases (mapping), dynamic batching
-(batching), adaptive LATENCY/THROUGHPUT variants (adaptive), device names (devices)."""
+"""OpenVINO and nothing about requests: how the host serves (host), compiled blobs (blobs),
+reshaping (reshape, auto_shape), mapping_config.json aliases (aliases), dynamic batching
+(batching), adaptive LATENCY/THROUGHPUT variants (adaptive), background work waited for at exit
+(background), device names (devices)."""

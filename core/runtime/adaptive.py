@@ -16,15 +16,15 @@ already gathers concurrent requests into one inference).
 
 from __future__ import annotations
 
-import atexit
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import openvino as ov
+
+from core.runtime import background
 
 LATENCY = "latency"
 THROUGHPUT = "throughput"
@@ -68,34 +68,13 @@ def pick(inflight: int, first: Variant, second: Variant | None) -> Variant:
     return first
 
 
-_compiling: set[threading.Thread] = set()
-_exiting = threading.Event()
-
-
 def compile_later(gate: threading.Event, compile_second: Callable[[], None], name: str) -> None:
     """Run `compile_second` on a background thread once `gate` is set (the version's first
     answer), at most SECOND_WAIT_S after now. The interpreter's exit waits for a compile that
-    has started and skips one that has not: OpenVINO aborts the process ("terminate called
-    without an active exception") when a compile still runs in a thread at exit."""
+    has started and skips one that has not (core.runtime.background)."""
 
     def run() -> None:
-        deadline = time.monotonic() + SECOND_WAIT_S
-        try:
-            while not gate.wait(0.05) and time.monotonic() < deadline:
-                if _exiting.is_set():
-                    return
-            if not _exiting.is_set():
-                compile_second()
-        finally:
-            _compiling.discard(threading.current_thread())
+        if background.wait(gate, SECOND_WAIT_S):
+            compile_second()
 
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    _compiling.add(thread)
-    thread.start()
-
-
-@atexit.register
-def _finish_compiles() -> None:
-    _exiting.set()
-    for thread in list(_compiling):
-        thread.join()
+    background.start(run, name)

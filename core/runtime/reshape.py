@@ -11,8 +11,8 @@ import openvino as ov
 
 from core.config import ModelConfig
 from core.errors import PreconditionError, ServingError
+from core.runtime.aliases import Aliases
 from core.runtime.auto_shape import Fit
-from core.runtime.mapping import Aliases
 from core.tensors.shapes import ANY, AUTO, Dim, Dims
 
 Layouts = dict[str, tuple[str | None, str]]  # model input name -> (request layout, model layout)

@@ -19,7 +19,6 @@ import hashlib
 import importlib
 import importlib.util
 import logging
-import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ConfigError, InternalError, ServingError
+from core.errors import ConfigError, InternalError, ServingError, relative
 from core.tensors import dtypes
 from core.tensors.shapes import Dims, parse_dims
 from core.tensors.spec import TensorSpec
@@ -51,18 +50,9 @@ def load_library(name: str, base_path: str) -> ModuleType | BrokenLibrary:
         return _import(name, base_path)
     except ConfigError as exc:
         log.error("%s", exc.message)
-        return BrokenLibrary(_without_folders(exc.message, base_path))
-
-
-def _without_folders(message: str, base_path: str) -> str:
-    """`message` with the library file's folder left out: clients see `boxes_node.py`, never
-    the server's absolute paths (the log keeps them)."""
-    if not base_path.endswith(".py"):
-        return message
-    path = Path(base_path)
-    for folder in sorted({str(path.parent), str(path.resolve().parent)}, key=len, reverse=True):
-        message = message.replace(folder + os.sep, "")
-    return message
+        # clients see `boxes_node.py`, never the server's absolute paths (the log keeps them)
+        folder = Path(base_path).parent if base_path.endswith(".py") else ""
+        return BrokenLibrary(relative(exc.message, folder) if folder else exc.message)
 
 
 def _import(name: str, base_path: str) -> ModuleType:

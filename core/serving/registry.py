@@ -1,292 +1,31 @@
-"""The registry of servables: the warm compiled-model cache that lives for the process.
-
-Serving state changes atomically: a new version is loaded beside the serving ones and only
-then published (copy-on-write dict swap); a removed or replaced version is retired after its
-in-flight requests finish; a replacement that fails to load leaves the old one serving.
-Readers never take a lock on the hot path.
+"""The registry of servables: the warm compiled-model cache that lives for the process, and
+the lookups a request makes in it (ModelManager.get: the servable to run, or the error to
+answer). A manager's blob cache and host are values it passes to the versions it compiles.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import math
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core import errors, metrics
+from core import errors
 from core.config import MetricsConfig, ModelConfig, ServerConfig, Settings
 from core.config.pipelines import PipelineConfig
-from core.runtime import auto_shape
+from core.runtime.blobs import BlobCache
+from core.runtime.host import Host
 from core.runtime.ov_core import add_extension
 from core.serving.model import RETIRE_GRACE_S, ModelVersion
 from core.serving.pipeline import Pipeline
-from core.serving.servable import State, Status
-from core.storage import Repository, VersionFiles, open_repository
-from core.storage.secrets import redact
+from core.serving.versions import ServedModel, cause
+from core.storage import VersionFiles, open_repository
 
 log = logging.getLogger("ov_serverless.manager")
-
-
-@dataclass
-class ServedModel:
-    """Every version of one model name, with the config that produced them."""
-
-    config: ModelConfig
-    repository: Repository
-    cache_dir: str
-    versions: dict[int, ModelVersion] = field(default_factory=dict)
-    fingerprints: dict[int, str] = field(default_factory=dict)
-    error: str = ""  # why the repository itself could not be read, if it could not
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _present: set[int] = field(default_factory=set)  # version folders seen by the last sync
-    _wanted: set[int] = field(default_factory=set)  # of those, the ones the policy selects
-    _refit_lock: threading.Lock = field(default_factory=threading.Lock)  # one auto reload at once
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    @property
-    def available(self) -> bool:
-        return any(v.available for v in self.versions.values())
-
-    def default_version(self) -> ModelVersion:
-        """The newest AVAILABLE version ("latest"), as OVMS answers version 0 / no version."""
-        for number in sorted(self.versions, reverse=True):
-            candidate = self.versions[number]
-            if candidate.available:
-                return candidate
-        if self.error:
-            raise errors.ModelNotReadyError(f"Model {self.name} is not available: {self.error}")
-        if any(v.status.state <= State.AVAILABLE for v in self.versions.values()):
-            raise errors.ModelNotReadyError(
-                f"Model with requested version is not loaded yet - name: {self.name}"
-            )
-        raise errors.ModelNotFoundError(self.name)
-
-    def version(self, number: int | None) -> ModelVersion:
-        if number is None:
-            return self.default_version()
-        found = self.versions.get(number)
-        if found is None:
-            raise errors.VersionNotFoundError(self.name, number)
-        if found.available:
-            return found
-        if found.status.state >= State.UNLOADING:
-            raise errors.NotFoundError(
-                f"Model with requested version is retired - name: {self.name}; version: {number}"
-            )
-        raise errors.ModelNotReadyError(
-            f"Model with requested version is not loaded yet - name: {self.name}; "
-            f"version: {number}" + _detail(found.status)
-        )
-
-    def sync(self, load: bool = True) -> bool:
-        """Bring versions in line with the repository and the version policy.
-
-        New and changed versions are loaded beside the serving ones, then published; versions
-        no longer wanted are retired, except one a wanted version that is not AVAILABLE (failed,
-        or not loaded yet in lazy mode) would have displaced: it keeps serving. Returns True
-        when anything changed.
-        """
-        with self._lock:
-            try:
-                present = self.repository.versions()
-            except Exception as exc:  # this model fails, with the cause; the others serve
-                self.error = _relative(_cause(exc), self.config.base_path)
-                log.error("Model %s: %s", self.name, _cause(exc))
-                return False
-            missing = "" if present else "No version found in the model's base path"
-            if missing and missing != self.error:  # the path is for the log only, once
-                log.error("Model %s: no version found in %s", self.name, self.config.base_path)
-            self.error = missing
-            wanted = {v: present[v] for v in self.config.version_policy.select(list(present))}
-            added = [v for v, fp in wanted.items() if self._stale(v, fp)]
-            prepared = {v: self._prepare(v, load) for v in added}
-            fresh = self._keep_serving_on_failure({v: new for v, (new, _) in prepared.items()})
-            before = self.versions
-            replaced = [
-                before[v]
-                for v in fresh
-                if v in before  # (a failed one holds nothing)
-                and before[v].status.state in (State.START, State.AVAILABLE)
-            ]
-            for v in fresh:  # failed objects overwritten here hold no model, only files
-                if v in before and before[v].status.state is State.LOADING:
-                    self.repository.release(before[v].files)
-            self.versions = {**before, **fresh}
-            # a version whose files were read is not tried again until they change; one whose
-            # files could not be fetched (storage down) is retried on the next sync
-            self.fingerprints = {
-                **{v: fp for v, fp in self.fingerprints.items() if v in wanted},
-                **{v: wanted[v] for v, (_, fetched) in prepared.items() if fetched},
-            }
-            self._present, self._wanted = set(present), set(wanted)
-            displaced = self._displaced()
-        for version in [*replaced, *displaced]:
-            self._retire(version)
-        kept_old = len(fresh) < len(prepared)  # a serving version's status took a failure
-        return (
-            bool(displaced)
-            or kept_old
-            or any(not _same_failure(before.get(v), new) for v, new in fresh.items())
-        )
-
-    def _stale(self, number: int, fingerprint: str) -> bool:
-        current = self.versions.get(number)
-        return (
-            current is None
-            or current.status.state >= State.UNLOADING
-            or self.fingerprints.get(number) != fingerprint
-        )
-
-    def _displaced(self) -> list[ModelVersion]:
-        """Serving versions the policy no longer wants, less those still standing in for a
-        wanted version that is not AVAILABLE. Called with the lock held."""
-        pending = {v for v in self._wanted if v in self.versions and not self.versions[v].available}
-        standing_in = set(
-            self.config.version_policy.select([v for v in self._present if v not in pending])
-        )
-        return [
-            version
-            for v, version in self.versions.items()
-            if v not in self._wanted
-            and v not in standing_in
-            and version.status.state < State.UNLOADING
-        ]
-
-    def _keep_serving_on_failure(self, fresh: dict[int, ModelVersion]) -> dict[int, ModelVersion]:
-        """A changed version whose replacement failed keeps serving the old files; its status
-        stays AVAILABLE and carries the failure (error code and message) until files that
-        load replace it. -> the versions to publish."""
-        kept = {}
-        for number, new in fresh.items():
-            old = self.versions.get(number)
-            if new.status.error_code != "OK" and old is not None and old.available:
-                message = (
-                    f"The changed files failed to load ({new.status.error_message}); "
-                    "the previous files keep serving"
-                )
-                log.error("Model %s version %d: %s", self.name, number, message)
-                old.status = Status(State.AVAILABLE, new.status.error_code, message)
-                self.repository.release(new.files)
-                continue
-            kept[number] = new
-        return kept
-
-    def _prepare(self, number: int, load: bool) -> tuple[ModelVersion, bool]:
-        """A new version object (loaded unless lazy) and whether its files were fetched."""
-        kind = _version_class(self.config)
-        try:
-            files = self.repository.fetch(number)
-        except Exception as exc:  # this version fails, with the cause; the others serve
-            failed = kind(self.config, number, Path(), self.cache_dir)
-            failed.status = Status(
-                State.LOADING, "UNKNOWN", _relative(_cause(exc), self.config.base_path)
-            )
-            log.error("Model %s version %d: %s", self.name, number, _cause(exc))
-            return failed, False
-        version = _version_class(self.config, files.folder)(
-            self.config, number, files.folder, self.cache_dir, files=files
-        )
-        if auto_shape.uses_auto(self.config):
-            version.refit = self.refit
-        if load:
-            version.load()
-        return version, True
-
-    def refit(self, old: ModelVersion, inputs: dict[str, Any]) -> ModelVersion:
-        """batch_size / shape "auto": the version to run `inputs` on, `old` unless it needs a
-        reload for them. The reload compiles beside `old`, then replaces it; requests running
-        on `old` finish there. Requests that need the same reload wait for the first one."""
-        if auto_shape.needed(old, inputs) is None:
-            return old
-        with self._refit_lock:
-            current = self.versions.get(old.version)
-            if current is None or not current.available:
-                current = old
-            fit = auto_shape.needed(current, inputs)
-            if fit is None or fit == current.fit:  # fitted meanwhile, or no reload would help
-                return current
-            return self._reload_fitted(current, fit)
-
-    def _reload_fitted(self, current: ModelVersion, fit: auto_shape.Fit) -> ModelVersion:
-        started = time.perf_counter()
-        log.info(
-            "Model %s version %d: reloading for %s (auto)",
-            self.name,
-            current.version,
-            fit.describe(),
-        )
-        version = type(current)(
-            self.config, current.version, current.folder, self.cache_dir, files=current.files
-        )
-        version.fit, version.refit = fit, self.refit
-        serving = current.status
-        current.status = Status(
-            State.AVAILABLE,
-            "OK",
-            f"Reloading for {fit.describe()} (auto); this version serves meanwhile",
-        )
-        try:
-            version.load()
-        except BaseException:  # load() reports what it expects; anything else: as it was
-            current.status = serving
-            raise
-        if not version.available:
-            message = (
-                f"Reload for {fit.describe()} failed: {version.status.error_message}; "
-                "the current shape keeps serving"
-            )
-            current.status = Status(State.AVAILABLE, version.status.error_code, message)
-            raise errors.InvalidInputError(
-                f"Model could not be reloaded for the request's shape: {fit.describe()}"
-            )
-        version.timings["auto_reload_s"] = time.perf_counter() - started
-        metrics.AUTO_RELOADS.labels(self.name, str(current.version)).inc()
-        with self._lock:
-            published = self.versions.get(current.version) is current
-            if published:
-                self.versions = {**self.versions, current.version: version}
-        if not published:  # replaced by a sync meanwhile: that one serves
-            current.status = serving
-        self._retire(current if published else version, release=False)
-        return version if published else current
-
-    def ensure_loaded(self) -> None:
-        """Lazy mode: compile versions on first use; then retire what they displace."""
-        if not any(v.status.state is State.START for v in self.versions.values()):
-            return
-        with self._lock:
-            for version in list(self.versions.values()):
-                if version.status.state is State.START:
-                    version.load()
-            displaced = self._displaced()
-        for version in displaced:
-            self._retire(version)
-
-    def retire(self) -> None:
-        for version in self.versions.values():
-            if version.status.state < State.UNLOADING:
-                self._retire(version)
-
-    def _retire(self, version: ModelVersion, release: bool = True) -> None:
-        """UNLOADING now (no new request resolves it); END in the background once drained,
-        then its downloaded files go (core.storage.folders counts who still uses them) unless
-        an auto reload of the version took them over (release False)."""
-        if version.unpublish():
-
-            def drain() -> None:
-                version.drain()
-                if release:
-                    self.repository.release(version.files)
-
-            threading.Thread(
-                target=drain, name=f"retire-{version.name}-{version.version}", daemon=True
-            ).start()
 
 
 @dataclass
@@ -307,64 +46,19 @@ class ServedPipeline:
         return self.pipeline  # OVMS ignores the requested version of a pipeline
 
 
-def _version_class(config: ModelConfig, folder: Path | None = None) -> type[ModelVersion]:
-    if config.task or (folder is not None and (folder / "graph.pbtxt").is_file()):
-        from core.openai.servable import TextModelVersion
-
-        return TextModelVersion  # embeddings / rerank (OVMS's export layout)
-    if config.stateful:
-        from core.serving.stateful import StatefulModelVersion
-
-        return StatefulModelVersion
-    return ModelVersion
-
-
-def _configure_sequence_cleaner(minutes: float) -> None:
-    """--sequence_cleaner_poll_wait_minutes: one setting for every stateful model."""
-    from core.serving.stateful import StatefulModelVersion
-
-    StatefulModelVersion.idle_seconds = minutes * 60 if minutes > 0 else math.inf
-
-
-def _same_failure(old: ModelVersion | None, new: ModelVersion) -> bool:
-    """A retried version that failed again exactly as before: nothing changed."""
-    return old is not None and new.status.error_code != "OK" and old.status == new.status
-
-
-def _relative(text: str, base_path: str) -> str:
-    """`text` with a local base path written relative to itself ("1/model.xml", "."), for
-    clients: they never see the server's absolute paths (the log does). Bucket URLs stay."""
-    if "://" in base_path or not base_path:
-        return text
-    roots = sorted({base_path.rstrip("/"), str(Path(base_path).resolve())}, key=len, reverse=True)
-    for root in roots:
-        text = text.replace(root + "/", "")
-    for root in roots:
-        text = text.replace(root, ".")
-    return text
-
-
-def _cause(exc: Exception) -> str:
-    """A failure in the words a status carries: a ServingError's message, else its type and
-    text (redacted: it may come from inside a storage SDK)."""
-    if isinstance(exc, errors.ServingError):
-        return exc.message
-    return errors.shorten(redact(f"{type(exc).__name__}: {exc}"), errors.MAX_MESSAGE_CHARS)
-
-
-def _detail(status: Status) -> str:
-    return "" if status.error_code == "OK" else f"; error: {status.error_message}"
+def blob_cache(settings: Settings) -> BlobCache:
+    """The compiled-blob cache the settings describe. Blobs are exported on concurrent hosts
+    unless OVS_EXPORT_BLOBS says otherwise (a one-request instance rarely lives to reuse one)."""
+    export = settings.concurrent if settings.export_blobs is None else settings.export_blobs
+    folders = tuple(folder for folder in settings.compiled_cache if folder)
+    return BlobCache(settings.cache_dir, folders, export)
 
 
 class ModelManager:
     def __init__(self, settings: Settings) -> None:
-        from core.runtime import compiled_cache
-
-        compiled_cache.configure(
-            settings.concurrent, settings.compiled_cache, settings.export_blobs
-        )
+        self.host = Host.of(settings.concurrent, settings.sequence_cleaner_minutes)
+        self.blobs = blob_cache(settings)
         add_extension(settings.cpu_extension)
-        _configure_sequence_cleaner(settings.sequence_cleaner_minutes)
         self.settings = settings
         self.models: dict[str, ServedModel] = {}
         self.pipelines: dict[str, ServedPipeline] = {}
@@ -490,8 +184,8 @@ class ModelManager:
 
                 repository = flat_aware(repository)  # OVMS's unversioned graph folder
         except Exception as exc:  # this model fails, with the cause; the others serve
-            repository = _Unreadable(config.base_path, _cause(exc))
-        return ServedModel(config, repository, self.settings.cache_dir)
+            repository = _Unreadable(config.base_path, cause(exc))
+        return ServedModel(config, repository, self.blobs, self.host)
 
     def reload(self) -> bool:
         """Re-read the config file (if any) and every repository; True when anything changed.
@@ -546,6 +240,17 @@ class ModelManager:
         finally:
             self._check_lock.release()
 
+    def restart_clock(self) -> None:
+        """The next repository check is one reload_interval from now."""
+        self._last_check = time.monotonic()
+
+    @contextlib.contextmanager
+    def checks_held(self) -> Iterator[None]:
+        """While held, a request's repository check (reload_if_due) skips instead of
+        waiting for it."""
+        with self._check_lock:
+            yield
+
     def _reload_quietly(self) -> None:
         """A background or per-request reload: a failure is logged, never raised."""
         try:
@@ -567,7 +272,7 @@ class ModelManager:
             raise errors.ModelNotFoundError(name)
         return served
 
-    def get(self, name: str, version: int | None = None) -> Any:
+    def get(self, name: str, version: int | None = None) -> ModelVersion | Pipeline:
         """The AVAILABLE servable a request should run on, or the error a client should see."""
         served = self.model(name)
         if (

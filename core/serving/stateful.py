@@ -18,14 +18,16 @@ import numpy as np
 import openvino as ov
 
 from core.errors import InvalidInputError, NotFoundError, ServingError
-from core.serving.model import ModelVersion, inference_error, ov_input, read_outputs
+from core.runtime.adaptive import Variant
+from core.runtime.host import SEQUENCE_IDLE_S
+from core.serving.model import Call, ModelVersion
 from core.tensors import dtypes
-from core.tensors.spec import Inputs, TensorSpec, validate
+from core.tensors.spec import Inputs, TensorSpec
 
 SEQUENCE_ID = "sequence_id"
 CONTROL = "sequence_control_input"
 NO_CONTROL, START, END = 0, 1, 2
-IDLE_SECONDS = 300.0
+IDLE_SECONDS = SEQUENCE_IDLE_S
 
 
 class SequenceExistsError(ServingError):
@@ -47,11 +49,9 @@ class _Sequence:
 
 class StatefulModelVersion(ModelVersion):
     single_variant = True  # a sequence's state lives in one InferRequest of one compiled model
-    idle_seconds = IDLE_SECONDS
 
     def _build(self) -> None:
         super()._build()
-        self.model_inputs = dict(self.inputs)
         self.inputs = {
             **self.inputs,
             SEQUENCE_ID: TensorSpec(SEQUENCE_ID, dtypes.BY_KSERVE["UINT64"], ((1, 1),)),
@@ -65,6 +65,7 @@ class StatefulModelVersion(ModelVersion):
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._swept = time.monotonic()
+        self.idle_seconds = self.host.sequence_idle_s  # the manager's cleaner setting
 
     def _transform(self, model: ov.Model) -> None:
         if self.config.low_latency_transformation:
@@ -72,7 +73,8 @@ class StatefulModelVersion(ModelVersion):
 
             apply_low_latency_transformation(model, True)
 
-    def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
+    def _call(self, inputs: Inputs) -> Call:
+        """A sequence's call: its special inputs read off, the rest for the model."""
         inputs = dict(inputs)
         sequence_id = _scalar(inputs.pop(SEQUENCE_ID, None), SEQUENCE_ID)
         control = _scalar(inputs.pop(CONTROL, None), CONTROL) or NO_CONTROL
@@ -80,23 +82,8 @@ class StatefulModelVersion(ModelVersion):
             raise InvalidInputError(
                 f"Special input {CONTROL} must be 0, 1 (start) or 2 (end); got {control}"
             )
-        ready = validate(self.model_inputs, inputs)
         self._sweep()
-        feed = {self._input_ports[name]: ov_input(array) for name, array in ready.items()}
-        with self.serving():
-            number, sequence = self._open(sequence_id, control)
-            with sequence.lock:
-                sequence.used = time.monotonic()
-                try:
-                    results = sequence.request.infer(feed, share_inputs=True, share_outputs=False)
-                except RuntimeError as exc:
-                    raise inference_error(self.name, self.version, exc) from None
-                outputs = read_outputs(sequence.request, results, self._output_names, self.outputs)
-        if control == END:
-            with self._lock:
-                self._sequences.pop(number, None)
-        outputs[SEQUENCE_ID] = np.array([number], dtype=np.uint64)
-        return outputs
+        return _SequenceCall(self, inputs, sequence_id, control)
 
     def _open(self, sequence_id: int | None, control: int) -> tuple[int, _Sequence]:
         assert self._compiled is not None
@@ -120,6 +107,10 @@ class StatefulModelVersion(ModelVersion):
                 raise NotFoundError(f"Sequence with provided ID does not exist - id: {sequence_id}")
             return sequence_id, found
 
+    def end_sequence(self, number: int) -> None:
+        with self._lock:
+            self._sequences.pop(number, None)
+
     def _new_id(self) -> int:
         number = next(self._ids)
         while number in self._sequences:
@@ -138,9 +129,54 @@ class StatefulModelVersion(ModelVersion):
             ]:
                 del self._sequences[number]
 
+    def restart_ids(self, first: int) -> None:
+        """Server-assigned sequence ids count on from `first` (a restored snapshot's copies
+        must not hand out the same ones)."""
+        with self._lock:
+            self._ids = itertools.count(first)
+
+    def restart_clocks(self, now: float) -> None:
+        """Idle times count from `now` (monotonic times taken before a snapshot mean nothing
+        after its restore)."""
+        with self._lock:
+            self._swept = now
+            for sequence in self._sequences.values():
+                sequence.used = now
+
     @property
     def sequence_count(self) -> int:
         return len(self._sequences)
+
+
+class _SequenceCall(Call):
+    """A call runs on its sequence's own InferRequest (opened by START, dropped after END),
+    one call of a sequence at a time; its answer carries the sequence's id."""
+
+    version: StatefulModelVersion
+
+    def __init__(
+        self, version: StatefulModelVersion, inputs: Inputs, sequence_id: int | None, control: int
+    ) -> None:
+        super().__init__(version, inputs)
+        self.sequence_id, self.control = sequence_id, control
+        self.number = 0
+
+    def take(self) -> tuple[Variant, ov.InferRequest]:
+        """The sequence's own InferRequest, once its previous call is done."""
+        variant = self.version.first_variant()
+        self.number, self.sequence = self.version._open(self.sequence_id, self.control)
+        self.sequence.lock.acquire()
+        self.sequence.used = time.monotonic()
+        return variant, self.sequence.request
+
+    def give_back(self, variant: Variant, request: ov.InferRequest) -> None:
+        self.sequence.lock.release()
+
+    def answer(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.control == END:
+            self.version.end_sequence(self.number)
+        outputs[SEQUENCE_ID] = np.array([self.number], dtype=np.uint64)
+        return outputs
 
 
 def _scalar(value: np.ndarray | None, name: str) -> int | None:

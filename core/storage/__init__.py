@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol
 
-BLOB_FOLDER = ".ov-compiled"  # <version>/.ov-compiled/<key>.blob (core.runtime.compiled_cache)
+BLOB_FOLDER = ".ov-compiled"  # <version>/.ov-compiled/<key>.blob (core.runtime.blobs)
 # Files a model's graph is read from (the rest are weights): a compiled blob's key hashes them
 # whole, and a bucket never leaves them behind (core.storage.bucket).
 GRAPH_SUFFIXES = (".xml", ".onnx", ".pdmodel", ".pb", ".tflite", ".json")

@@ -236,7 +236,7 @@ class BucketRepository:
 class BucketVersionFiles(VersionFiles):
     """A bucket's version: its folder, what the bucket listed for it, and what the fetch left
     there, downloaded only when a load needs it: its compiled blobs, one at a time by key
-    (core.runtime.compiled_cache.find, into <folder>/.ov-compiled/), and its big weight files, by a
+    (core.runtime.blobs.BlobCache.find, into <folder>/.ov-compiled/), and its big weight files, by a
     load that compiles (complete). The blob key names weight files by their listed tags
     (listed_weights), so it needs none of them on disk."""
 

@@ -13,7 +13,6 @@ import pytest
 
 from core.api import App, make_request
 from core.config import Settings
-from core.runtime import compiled_cache
 from core.serving.registry import ModelManager
 from demo.models import write_demo_repository
 from handlers import cli
@@ -24,7 +23,6 @@ from tests.reload.helpers import wait_for
 def repo(tmp_path: Path) -> Iterator[Path]:
     """The demo repository (classifier, scaler); -> its config.json."""
     yield write_demo_repository(tmp_path / "models")
-    compiled_cache.configure(False)  # the process-wide profile the managers set
 
 
 def _export(repo: Path, out: Path, *flags: str) -> int:

@@ -25,7 +25,7 @@ from awslambdaric import lambda_runtime_hooks_runner
 from core import metrics
 from core.api import App, make_request
 from core.config import Settings
-from core.runtime import compiled_cache
+from core.runtime import blobs
 from core.serving.model import ModelVersion
 from core.serving.registry import ModelManager, ServedModel
 from demo.models import classifier, save, scaler
@@ -268,8 +268,8 @@ def test_restore_on_another_cpu_recompiles_in_the_background(
 ) -> None:
     served = snapshot.served
     old_version = served.default_version()
-    flags = compiled_cache._cpu_flags()  # this CPU, and one more feature (a newer CPU)
-    monkeypatch.setattr(compiled_cache, "_cpu_flags", lambda: flags + " amx_fp8_restored")
+    flags = blobs.cpu_flags()  # this CPU, and one more feature (a newer CPU)
+    monkeypatch.setattr(blobs, "cpu_flags", lambda: flags + " amx_fp8_restored")
     counted_load = ModelVersion.load
 
     def slow_load(self: ModelVersion) -> None:  # a compile long enough to overlap a request
@@ -306,10 +306,10 @@ def test_restore_on_a_cpu_lacking_a_feature_recompiles_before_any_request(
     """The snapshot's compile may use instructions this CPU lacks: it must not serve."""
     served = snapshot.served
     old_version = served.default_version()
-    flags = sorted(compiled_cache._cpu_flags().split())
+    flags = sorted(blobs.cpu_flags().split())
     if len(flags) < 2:
         pytest.skip("this CPU reports fewer than two of the ISA flags the blob key holds")
-    monkeypatch.setattr(compiled_cache, "_cpu_flags", lambda: flags[0])  # an older CPU
+    monkeypatch.setattr(blobs, "cpu_flags", lambda: flags[0])  # an older CPU
 
     after = _restore(capsys)
     restored = next(line for line in after if line["hook"] == "after_restore")
@@ -326,3 +326,20 @@ def test_restore_on_a_cpu_lacking_a_feature_recompiles_before_any_request(
 def test_without_snapshot_restore_py_nothing_is_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "snapshot_restore_py", None)
     assert snapstart.register({}) is False
+
+
+def test_the_hooks_use_only_public_functions_of_the_core() -> None:
+    """What a snapshot copies is renewed through the core modules' public functions, so a
+    change inside one of them cannot silently break a restore: the hooks read or write no
+    private name (`x._name`) of another object."""
+    import ast
+
+    tree = ast.parse(Path(snapstart.__file__).read_text())
+    private = sorted(
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    )
+    assert private == []

@@ -14,7 +14,6 @@ import pytest
 from core import metrics
 from core.api import App, make_request
 from core.config import Settings
-from core.runtime import compiled_cache
 from core.serving.model import ModelVersion
 from core.serving.registry import ModelManager
 from demo.bert_export import export, minilm_source
@@ -27,7 +26,6 @@ DOCS = ["a model server answers requests", "bananas are yellow", "OpenVINO runs 
 
 @pytest.fixture
 def app(text_repo: Repo, tmp_path: Path) -> Iterator[App]:
-    saved = compiled_cache.profile()
     tuned = export(
         minilm_source(),
         tmp_path / "tuned",
@@ -54,7 +52,6 @@ def app(text_repo: Repo, tmp_path: Path) -> Iterator[App]:
     for served in app.manager.models.values():
         for version in served.versions.values():
             version.retire(grace=0)
-    compiled_cache._profile = saved
 
 
 def rerank(app: App, model: str) -> list[float]:

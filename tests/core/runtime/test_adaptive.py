@@ -8,7 +8,6 @@ ov_serverless_variant_requests metric."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,9 @@ import pytest
 
 from core import metrics
 from core.config import Settings, parse_model_config
-from core.runtime import compiled_cache
+from core.runtime import blobs as blobs_module
+from core.runtime.blobs import BlobCache
+from core.runtime.host import Host
 from core.serving.model import ModelVersion
 from core.serving.servable import State
 from core.serving.stateful import StatefulModelVersion
@@ -33,19 +34,19 @@ from tests.reload.helpers import (
 from tests.reload.helpers import predict as predict_factor
 
 
-@pytest.fixture(autouse=True)
-def concurrent_host() -> Iterator[None]:
-    saved = compiled_cache.profile()
-    compiled_cache.configure(True)
-    yield
-    compiled_cache._profile = saved
-
-
 def load(
-    folder: Path, name: str = "m", cls: type[ModelVersion] = ModelVersion, **options: Any
+    folder: Path,
+    name: str = "m",
+    cls: type[ModelVersion] = ModelVersion,
+    concurrent: bool = True,
+    folders: tuple[str, ...] = (),
+    **options: Any,
 ) -> ModelVersion:
+    """A loaded version as a manager builds it on a concurrent host (by default), its blobs
+    read from `folders` (OVS_COMPILED_CACHE) first."""
     config = parse_model_config({"name": name, "base_path": str(folder.parent), **options}, name)
-    version = cls(config, 1, folder, str(folder.parent / "cache"))
+    blobs = BlobCache(str(folder.parent / "cache"), folders, export=concurrent)
+    version = cls(config, 1, folder, blobs, host=Host(concurrent))
     version.load()
     assert version.available, version.status
     return version
@@ -162,8 +163,7 @@ def test_an_explicit_hint_or_stream_count_disables_adaptation(
 
 
 def test_a_one_request_host_keeps_latency_only(model_folder: Path) -> None:
-    compiled_cache.configure(False)
-    version = load(model_folder, "ad-lambda")
+    version = load(model_folder, "ad-lambda", concurrent=False)
     run(version)
     assert version.variants == ("fixed",)
     assert hint(version, 0) == "LATENCY"
@@ -262,8 +262,7 @@ def test_one_blob_serves_both_variants_and_a_new_instance_maps_it_once(
     version = load(model_folder, "ad-blobs")
     blobs = version.export_blobs(tmp_path / "baked")
     assert [blob.name for blob in blobs] == [f"{version.blob_key}.blob"]
-    compiled_cache.configure(True, [str(tmp_path / "baked")])
-    imported = load(model_folder, "ad-blobs2")
+    imported = load(model_folder, "ad-blobs2", folders=(str(tmp_path / "baked"),))
     assert imported.timings["blob_hit"] == 1.0
     lone = run(imported)
     both_variants(imported)
@@ -281,8 +280,7 @@ def test_a_blob_the_throughput_hint_cannot_import_leaves_a_compiled_throughput_v
 ) -> None:
     version = load(model_folder, "ad-reimport")
     version.export_blobs(tmp_path / "baked")
-    compiled_cache.configure(True, [str(tmp_path / "baked")])
-    real = compiled_cache.reimport
+    real = blobs_module.reimport
 
     def latency_only(
         core: Any, data: Any, device: str, properties: dict[str, Any], name: str
@@ -291,8 +289,8 @@ def test_a_blob_the_throughput_hint_cannot_import_leaves_a_compiled_throughput_v
             return None  # as when the plugin refuses the blob with this hint
         return real(core, data, device, properties, name)
 
-    monkeypatch.setattr(compiled_cache, "reimport", latency_only)
-    imported = load(model_folder, "ad-reimport2")
+    monkeypatch.setattr(blobs_module, "reimport", latency_only)
+    imported = load(model_folder, "ad-reimport2", folders=(str(tmp_path / "baked"),))
     assert imported.timings["blob_hit"] == 1.0
     lone = run(imported)
     both_variants(imported)

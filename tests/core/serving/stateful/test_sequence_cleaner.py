@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,18 +14,11 @@ import requests
 from core.api import App
 from core.config import Settings
 from core.serving.registry import ModelManager
-from core.serving.stateful import IDLE_SECONDS, StatefulModelVersion
 from tests.core.helpers import console_script, free_port
 from tests.core.serving.pipeline.helpers import call, error
 from tests.core.serving.stateful.conftest import Repo, tfs_body
 
 START = 1
-
-
-@pytest.fixture(autouse=True)
-def restore_idle_seconds() -> Iterator[None]:
-    yield
-    StatefulModelVersion.idle_seconds = IDLE_SECONDS
 
 
 def app_with(repo: Repo, tmp_path: Path, minutes: str) -> App:
@@ -46,6 +38,23 @@ def test_env_minutes_drop_an_idle_sequence(stateful_repo: Repo, tmp_path: Path) 
     reply = call(app, "POST", "/v1/models/acc:predict", tfs_body([1, 1, 1, 1], 41))
     assert reply.status == 404
     assert error(reply) == "Sequence with provided ID does not exist - id: 41"
+
+
+def test_each_manager_keeps_its_own_cleaner_setting(stateful_repo: Repo, tmp_path: Path) -> None:
+    """The setting is the manager's, passed to its versions: a second manager built with
+    another one leaves the first's sequences alone."""
+    keeping = app_with(stateful_repo, tmp_path / "keeping", "0")
+    dropping = app_with(stateful_repo, tmp_path / "dropping", "0.005")  # 0.3 s
+    for app in (keeping, dropping):
+        assert (
+            call(app, "POST", "/v1/models/acc:predict", tfs_body([1, 1, 1, 1], 43, START)).status
+            == 200
+        )
+    time.sleep(1.2)
+    assert (
+        call(dropping, "POST", "/v1/models/acc:predict", tfs_body([1, 1, 1, 1], 43)).status == 404
+    )
+    assert call(keeping, "POST", "/v1/models/acc:predict", tfs_body([1, 1, 1, 1], 43)).status == 200
 
 
 def test_zero_never_drops_a_sequence(stateful_repo: Repo, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from core.api import App
 from core.codecs import tfs_grpc
 from core.config import Settings
-from core.runtime import compiled_cache
+from core.runtime.blobs import export_manager
 from core.serving.registry import ModelManager
 from protos.gen.kserve import grpc_predict_v2_pb2 as kpb
 from protos.gen.kserve import grpc_predict_v2_pb2_grpc as kgrpc
@@ -211,24 +211,21 @@ def test_a_stateful_model_imported_from_its_compiled_blob_keeps_sequences(
     """Served from blobs (export_manager, then OVS_COMPILED_CACHE), with no model read: the
     same signature, and each sequence still keeps its own state."""
     blobs = tmp_path / "blobs"
-    assert len(compiled_cache.export_manager(app.manager, blobs)) == len(app.manager.models)
+    assert len(export_manager(app.manager, blobs)) == len(app.manager.models)
     settings = Settings(
         config_path=str(stateful_repo.config),
         cache_dir=str(tmp_path / "cache"),
         compiled_cache=(str(blobs),),
     )
     again = App(ModelManager.start(settings), settings)
-    try:
-        for name, served in again.manager.models.items():
-            (version,) = served.versions.values()
-            assert version.timings["blob_hit"] == 1.0, name
-            original = app.manager.models[name].versions[1]
-            assert (version.inputs, version.outputs) == (original.inputs, original.outputs)
-        assert tfs(again, "acc_low_latency", [1, 2, 3, 4], 7, START) == ([1, 2, 3, 4], 7)
-        assert tfs(again, "acc_low_latency", [1, 1, 1, 1], 8, START) == ([1, 1, 1, 1], 8)
-        assert tfs(again, "acc_low_latency", [1, 1, 1, 1], 7, END) == ([2, 3, 4, 5], 7)
-    finally:
-        compiled_cache.configure(False)
+    for name, served in again.manager.models.items():
+        (version,) = served.versions.values()
+        assert version.timings["blob_hit"] == 1.0, name
+        original = app.manager.models[name].versions[1]
+        assert (version.inputs, version.outputs) == (original.inputs, original.outputs)
+    assert tfs(again, "acc_low_latency", [1, 2, 3, 4], 7, START) == ([1, 2, 3, 4], 7)
+    assert tfs(again, "acc_low_latency", [1, 1, 1, 1], 8, START) == ([1, 1, 1, 1], 8)
+    assert tfs(again, "acc_low_latency", [1, 1, 1, 1], 7, END) == ([2, 3, 4, 5], 7)
 
 
 def _invoke_acc(

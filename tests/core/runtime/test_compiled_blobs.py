@@ -1,4 +1,4 @@
-"""Compiled blobs (core.runtime.compiled_cache): written by a concurrent host, imported by the next
+"""Compiled blobs (core.runtime.blobs): written by a concurrent host, imported by the next
 instance instead of compiling, found in OVS_COMPILED_CACHE or next to the model, keyed so a
 changed model or setting misses, and a broken blob falls back to a compile. Host profile:
 THROUGHPUT streams on concurrent hosts, LATENCY otherwise, plugin_config always wins."""
@@ -6,29 +6,37 @@ THROUGHPUT streams on concurrent hosts, LATENCY otherwise, plugin_config always 
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import openvino as ov
 import pytest
 
 from core.config import Settings, parse_model_config
-from core.runtime import compiled_cache
+from core.runtime import blobs
+from core.runtime.blobs import BlobCache
+from core.runtime.host import Host
 from core.serving.model import ModelVersion
+from core.serving.registry import ModelManager
 from demo.models import save, scaler
 
 
-@pytest.fixture(autouse=True)
-def profile() -> Iterator[None]:
-    yield
-    compiled_cache.configure(False)
-
-
-def version(folder: Path, cache: Path, **options: object) -> ModelVersion:
+def version(
+    folder: Path,
+    cache: Path,
+    concurrent: bool = False,
+    folders: tuple[str, ...] = (),
+    **options: object,
+) -> ModelVersion:
+    """A loaded version as a manager with these settings builds it: a concurrent host exports
+    blobs to `cache`, every host reads them from `folders` (OVS_COMPILED_CACHE) first."""
     config = parse_model_config({"name": "m", "base_path": str(folder.parent), **options}, "m")
-    loaded = ModelVersion(config, 1, folder, str(cache))
+    cache_value = BlobCache(str(cache), folders, export=concurrent)
+    loaded = ModelVersion(config, 1, folder, cache_value, host=Host(concurrent))
     loaded.load()
     assert loaded.available, loaded.status
     return loaded
@@ -44,18 +52,24 @@ def wait_for_blob(cache: Path, pattern: str = "*") -> Path:
     raise AssertionError("no blob written")
 
 
+def first_load(tmp_path: Path, factor: float) -> tuple[Path, ModelVersion]:
+    """A scaler by `factor` saved as version 1 of model m, and loaded (its blob key known)."""
+    folder = tmp_path / "m" / "1"
+    save(scaler(factor), folder)
+    return folder, version(folder, tmp_path / "cache")
+
+
 def run(loaded: ModelVersion) -> np.ndarray:
     return loaded.infer({"x": np.ones((2, 4), np.float32)})["y"]
 
 
 def test_concurrent_host_writes_a_blob_the_next_instance_imports(tmp_path: Path) -> None:
     save(scaler(3.0), tmp_path / "m" / "1")
-    compiled_cache.configure(True)
-    first = version(tmp_path / "m" / "1", tmp_path / "cache")
+    first = version(tmp_path / "m" / "1", tmp_path / "cache", concurrent=True)
     assert first.timings["blob_hit"] == 0.0
     run(first)  # the export waits for the first request
     wait_for_blob(tmp_path / "cache", first.blob_key)  # an adaptive version writes two
-    second = version(tmp_path / "m" / "1", tmp_path / "cache")
+    second = version(tmp_path / "m" / "1", tmp_path / "cache", concurrent=True)
     assert second.timings["blob_hit"] == 1.0
     np.testing.assert_array_equal(run(second), run(first))
 
@@ -65,14 +79,15 @@ def test_export_waits_for_the_first_request_or_an_idle_spell(
 ) -> None:
     """A cold start's first answer does not share the CPU with the export."""
     save(scaler(3.0), tmp_path / "m" / "1")
-    compiled_cache.configure(True)
-    served = version(tmp_path / "m" / "1", tmp_path / "served")
+    served = version(tmp_path / "m" / "1", tmp_path / "served", concurrent=True)
     time.sleep(0.5)
     assert not list((tmp_path / "served" / "blobs").glob("*.blob"))
     run(served)
     wait_for_blob(tmp_path / "served")
-    monkeypatch.setattr(compiled_cache, "EXPORT_WAIT_S", 0.3)
-    version(tmp_path / "m" / "1", tmp_path / "idle")  # never asked: exports after the wait
+    monkeypatch.setattr(blobs, "EXPORT_WAIT_S", 0.3)
+    version(
+        tmp_path / "m" / "1", tmp_path / "idle", concurrent=True
+    )  # never asked: exports after the wait
     wait_for_blob(tmp_path / "idle")
 
 
@@ -81,10 +96,9 @@ def test_a_version_retired_before_its_export_writes_no_blob(
 ) -> None:
     """Its export thread ends at the retirement, and with it the last hold on the model."""
     save(scaler(3.0), tmp_path / "m" / "1")
-    compiled_cache.configure(True)
-    monkeypatch.setattr(compiled_cache, "EXPORT_WAIT_S", 1.0)
+    monkeypatch.setattr(blobs, "EXPORT_WAIT_S", 1.0)
     before = set(threading.enumerate())
-    loaded = version(tmp_path / "m" / "1", tmp_path / "cache")
+    loaded = version(tmp_path / "m" / "1", tmp_path / "cache", concurrent=True)
     (export,) = [t for t in set(threading.enumerate()) - before if t.name.startswith("export-")]
     loaded.retire(grace=0)
     export.join(timeout=0.5)
@@ -95,22 +109,18 @@ def test_a_version_retired_before_its_export_writes_no_blob(
 
 def test_one_request_hosts_read_blobs_but_do_not_write(tmp_path: Path) -> None:
     save(scaler(3.0), tmp_path / "m" / "1")
-    compiled_cache.configure(False)
     loaded = version(tmp_path / "m" / "1", tmp_path / "cache")
-    baked = compiled_cache.write(loaded._compiled, loaded.blob_key, tmp_path / "baked")
+    baked = blobs.write(loaded._compiled, loaded.blob_key, tmp_path / "baked")
     time.sleep(0.2)
     assert not (tmp_path / "cache" / "blobs").exists()
-    compiled_cache.configure(False, [str(baked.parent)])
-    again = version(tmp_path / "m" / "1", tmp_path / "other-cache")
+    again = version(tmp_path / "m" / "1", tmp_path / "other-cache", folders=(str(baked.parent),))
     assert again.timings["blob_hit"] == 1.0
     np.testing.assert_array_equal(run(again), np.full((2, 4), 3.0, np.float32))
 
 
 def test_blob_next_to_the_model_is_used(tmp_path: Path) -> None:
-    folder = tmp_path / "m" / "1"
-    save(scaler(5.0), folder)
-    loaded = version(folder, tmp_path / "cache")
-    compiled_cache.write(loaded._compiled, loaded.blob_key, folder / compiled_cache.BLOB_FOLDER)
+    folder, loaded = first_load(tmp_path, 5.0)
+    blobs.write(loaded._compiled, loaded.blob_key, folder / blobs.BLOB_FOLDER)
     again = version(folder, tmp_path / "cache2")
     assert again.timings["blob_hit"] == 1.0
     np.testing.assert_array_equal(run(again), np.full((2, 4), 5.0, np.float32))
@@ -118,12 +128,9 @@ def test_blob_next_to_the_model_is_used(tmp_path: Path) -> None:
 
 def test_a_retired_version_unmaps_its_blob(tmp_path: Path) -> None:
     """The blob's disk space comes back once the version ends (its file may be deleted)."""
-    folder = tmp_path / "m" / "1"
-    save(scaler(5.0), folder)
-    loaded = version(folder, tmp_path / "cache")
-    blob = compiled_cache.write(loaded._compiled, loaded.blob_key, tmp_path / "baked")
-    compiled_cache.configure(False, [str(blob.parent)])
-    imported = version(folder, tmp_path / "cache2")
+    folder, loaded = first_load(tmp_path, 5.0)
+    blob = blobs.write(loaded._compiled, loaded.blob_key, tmp_path / "baked")
+    imported = version(folder, tmp_path / "cache2", folders=(str(blob.parent),))
     assert imported.timings["blob_hit"] == 1.0
     assert str(blob) in Path("/proc/self/maps").read_text()
     imported.retire(grace=0)
@@ -132,11 +139,9 @@ def test_a_retired_version_unmaps_its_blob(tmp_path: Path) -> None:
 
 
 def test_broken_blob_falls_back_to_a_compile(tmp_path: Path) -> None:
-    folder = tmp_path / "m" / "1"
-    save(scaler(2.0), folder)
-    loaded = version(folder, tmp_path / "cache")
-    (folder / compiled_cache.BLOB_FOLDER).mkdir()
-    (folder / compiled_cache.BLOB_FOLDER / f"{loaded.blob_key}.blob").write_bytes(b"junk" * 99)
+    folder, loaded = first_load(tmp_path, 2.0)
+    (folder / blobs.BLOB_FOLDER).mkdir()
+    (folder / blobs.BLOB_FOLDER / f"{loaded.blob_key}.blob").write_bytes(b"junk" * 99)
     again = version(folder, tmp_path / "cache")
     assert again.timings["blob_hit"] == 0.0
     np.testing.assert_array_equal(run(again), np.full((2, 4), 2.0, np.float32))
@@ -159,11 +164,14 @@ def test_key_follows_model_files_settings_and_options(tmp_path: Path) -> None:
 def test_host_profile_picks_the_hint_and_plugin_config_wins(tmp_path: Path) -> None:
     folder = tmp_path / "m" / "1"
     save(scaler(2.0), folder)
-    compiled_cache.configure(True)
-    assert version(folder, tmp_path / "c")._compile_config()["PERFORMANCE_HINT"] == "THROUGHPUT"
-    pinned = version(folder, tmp_path / "c", plugin_config={"PERFORMANCE_HINT": "LATENCY"})
+    assert (
+        version(folder, tmp_path / "c", concurrent=True)._compile_config()["PERFORMANCE_HINT"]
+        == "THROUGHPUT"
+    )
+    pinned = version(
+        folder, tmp_path / "c", concurrent=True, plugin_config={"PERFORMANCE_HINT": "LATENCY"}
+    )
     assert pinned._compile_config()["PERFORMANCE_HINT"] == "LATENCY"
-    compiled_cache.configure(False)
     assert version(folder, tmp_path / "c")._compile_config() == {"PERFORMANCE_HINT": "LATENCY"}
 
 
@@ -204,3 +212,68 @@ def test_which_hosts_write_blobs(tmp_path: Path, env: dict[str, str], export: bo
             wait_for_blob(tmp_path / "cache")
     finally:  # no throughput compile (and its export thread) later, inside the next case
         manager.models["m"].retire()
+
+
+def test_two_managers_in_one_process_each_use_their_own_blob_cache_and_host(
+    tmp_path: Path,
+) -> None:
+    """A manager's blob folders, export and host are values its versions get, not process
+    state the last manager built sets: `baked` serves the first manager's model from a blob
+    while the second, concurrent, compiles (THROUGHPUT) and writes its own."""
+    folder = tmp_path / "m" / "1"
+    save(scaler(3.0), folder)
+    plain = version(folder, tmp_path / "c")
+    baked = blobs.write(plain._compiled, plain.blob_key, tmp_path / "baked")
+    common = {"model_name": "m", "model_path": str(folder.parent), "lazy_load": True}
+    reading = Settings(cache_dir=str(tmp_path / "a"), compiled_cache=(str(baked.parent),), **common)
+    writing = Settings(cache_dir=str(tmp_path / "b"), concurrent=True, **common)
+    first, second = ModelManager(reading), ModelManager(writing)
+    for manager, settings in ((first, reading), (second, writing)):
+        manager.apply(settings.server_config())
+    imported, compiled = first.get("m"), second.get("m")  # lazy: both load now
+    assert imported.timings["blob_hit"] == 1.0
+    assert imported._compile_config() == {"PERFORMANCE_HINT": "LATENCY"}
+    assert compiled.timings["blob_hit"] == 0.0
+    assert compiled._compile_config() == {"PERFORMANCE_HINT": "THROUGHPUT"}
+    run(compiled)  # its export waits for the first request
+    wait_for_blob(tmp_path / "b")
+    np.testing.assert_array_equal(run(imported), run(compiled))
+    assert not (tmp_path / "a" / "blobs").exists()
+
+
+EXIT_SCRIPT = """
+import sys
+import threading
+
+import numpy as np
+import openvino as ov
+from openvino import opset13 as ops
+
+from core.runtime.blobs import BlobCache
+
+width = 8 * 1024 * 1024  # 32 MB of weights: the export is still writing when the script ends
+x = ops.parameter([1, width], np.float32, name="x")
+y = ops.add(x, ops.constant(np.random.default_rng(0).random((1, width), np.float32)))
+compiled = ov.Core().compile_model(ov.Model([ops.result(y)], [x]), "CPU")
+started = threading.Event()
+started.set()  # the version's first answer: the export may run
+BlobCache(sys.argv[1], export=True).save_later(compiled, "big", started)
+"""
+
+
+def test_a_blob_export_in_flight_at_exit_completes_with_no_partial_file(tmp_path: Path) -> None:
+    """The interpreter's exit waits for an export under way (core.runtime.background): the
+    blob is whole and imports, and no temporary file is left behind."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    written = sorted(p.name for p in (tmp_path / "cache" / "blobs").iterdir())
+    assert written == ["big.blob"]
+    compiled = ov.Core().import_model(
+        (tmp_path / "cache" / "blobs" / "big.blob").read_bytes(), "CPU"
+    )
+    assert [p.get_any_name() for p in compiled.inputs] == ["x"]

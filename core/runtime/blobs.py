@@ -1,5 +1,4 @@
-"""Compiled-model blobs a new instance imports instead of compiling, and the host profile that
-picks compile defaults.
+"""Compiled-model blobs a new instance imports instead of compiling.
 
 A blob is `CompiledModel.export_model()` of one model version as this process compiled it,
 stored as `<key>.blob`. The key hashes everything that decides what a compile produces: the
@@ -13,7 +12,9 @@ and tag (ETag / generation, which change whenever the content does) instead, rea
 load that imports a blob never downloads them. Export blobs for a bucket's models from a server
 that serves them from that bucket (export_manager), so that the keys agree.
 
-Lookup order (first hit wins; a blob that fails to import falls back to a compile):
+Where blobs are looked up and written is a value, a BlobCache each ModelManager owns and passes
+to the versions it compiles. Lookup order (first hit wins; a blob that fails to import falls
+back to a compile):
   1. OVS_COMPILED_CACHE: folders, ':'-separated, e.g. a read-only folder baked into the image
   2. `<version folder>/.ov-compiled/`: blobs shipped in a local repository
   3. `<cache_dir>/blobs/`: written by this host after a compile (concurrent hosts only, in a
@@ -49,6 +50,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
+from core.runtime import background
 from core.storage import BLOB_FOLDER, GRAPH_SUFFIXES, VersionFiles
 
 log = logging.getLogger("ov_serverless.compiled_cache")
@@ -58,44 +60,15 @@ SAMPLE_BYTES = 4096
 EXPORT_WAIT_S = 10.0  # an idle server exports its blobs this long after the load
 
 
-@dataclass(frozen=True)
-class Profile:
-    """How this process serves: set once from Settings by ModelManager (configure)."""
-
-    concurrent: bool = True  # many requests at once (serve, Cloud Run) vs one (Lambda)
-    blob_dirs: tuple[str, ...] = ()  # read-only blob folders (OVS_COMPILED_CACHE)
-    export: bool = True  # write blobs to <cache_dir>/blobs after a compile (save_later)
-
-
-_profile = Profile()
-
-
-def configure(concurrent: bool, blob_dirs: Iterable[str] = (), export: bool | None = None) -> None:
-    """export None: on concurrent hosts (a one-request instance rarely lives to reuse one)."""
-    global _profile
-    _profile = Profile(
-        concurrent, tuple(d for d in blob_dirs if d), concurrent if export is None else export
-    )
-
-
-def profile() -> Profile:
-    return _profile
-
-
-def default_properties(concurrent: bool) -> dict[str, str]:
-    """One request per instance: one stream using every core (lowest latency). Concurrent
-    hosts: OpenVINO's throughput streams (on 2 cores: 2 streams, +40% req/s at 8 clients,
-    but a lone request runs on one core)."""
-    return {"PERFORMANCE_HINT": "THROUGHPUT" if concurrent else "LATENCY"}
-
-
 # -- keys --------------------------------------------------------------------------------------
 
-_device_ids: dict[str, str] = {}
+_device_ids: dict[str, str] = {}  # what this host's devices are: read once, see forget_host
 _device_lock = threading.Lock()
 
 
-def _device_id(core: ov.Core, device: str) -> str:
+def device_id(core: ov.Core, device: str) -> str:
+    """What a blob's key holds of the device: OpenVINO's version, the device's name and
+    capabilities, the CPU's ISA flags (read once per process, see forget_host)."""
     with _device_lock:
         if device not in _device_ids:
             parts = [ov.get_version(), device]
@@ -104,12 +77,20 @@ def _device_id(core: ov.Core, device: str) -> str:
                     parts.append(str(core.get_property(device.split(":")[0], name)))
                 except RuntimeError:
                     parts.append("?")
-            parts.append(_cpu_flags())
+            parts.append(cpu_flags())
             _device_ids[device] = "\n".join(parts)
         return _device_ids[device]
 
 
-def _cpu_flags() -> str:
+def forget_host() -> None:
+    """Read the devices again on the next key: the process may run on another CPU now (a
+    SnapStart restore)."""
+    with _device_lock:
+        _device_ids.clear()
+
+
+def cpu_flags() -> str:
+    """The CPU's ISA flags that decide what a compile produces, space-separated and sorted."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
@@ -130,7 +111,7 @@ def key(
     model_options: Iterable[object],
 ) -> str:
     digest = hashlib.blake2b(digest_size=16)
-    digest.update(_device_id(core, device).encode())
+    digest.update(device_id(core, device).encode())
     for name, value in sorted(properties.items()):
         if name != "CACHE_DIR":
             digest.update(f"\0{name}={value}".encode())
@@ -174,17 +155,60 @@ def _sample(digest: Any, path: Path, whole: bool) -> None:
 # -- blobs -------------------------------------------------------------------------------------
 
 
-def find(name: str, files: VersionFiles, cache_dir: str) -> Path | None:
-    for base in (*_profile.blob_dirs, str(files.folder / BLOB_FOLDER), _local_dir(cache_dir)):
-        if base:
-            candidate = Path(base) / f"{name}.blob"
-            if candidate.is_file():
-                return candidate
-    return files.blob(f"{name}.blob")
+@dataclass(frozen=True)
+class BlobCache:
+    """Where versions look for compiled blobs and write them: a value each ModelManager owns
+    and passes to the versions it compiles (two managers in one process may differ)."""
 
+    cache_dir: str = ""  # blobs this host writes live in <cache_dir>/blobs ("": none)
+    folders: tuple[str, ...] = ()  # read-only blob folders, looked up first (OVS_COMPILED_CACHE)
+    export: bool = False  # write a blob to <cache_dir>/blobs after a compile (save_later)
 
-def _local_dir(cache_dir: str) -> str:
-    return str(Path(cache_dir) / "blobs") if cache_dir else ""
+    @property
+    def local(self) -> str:
+        return str(Path(self.cache_dir) / "blobs") if self.cache_dir else ""
+
+    def find(self, name: str, files: VersionFiles) -> Path | None:
+        """The blob named `name`: in the folders, the version's own, this host's, the bucket's."""
+        for base in (*self.folders, str(files.folder / BLOB_FOLDER), self.local):
+            if base:
+                candidate = Path(base) / f"{name}.blob"
+                if candidate.is_file():
+                    return candidate
+        return files.blob(f"{name}.blob")
+
+    def save_later(
+        self,
+        compiled: ov.CompiledModel,
+        name: str,
+        after: threading.Event | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> threading.Thread | None:
+        """Export to <cache_dir>/blobs/<name>.blob in the background (atomic rename), when
+        this cache exports.
+
+        The export takes a core for ~0.3 s on a ResNet-50: it waits for `after` (the version's
+        first request done, at most EXPORT_WAIT_S) so that a cold start's first answer does not
+        share the CPU with it, and runs at the lowest priority. It gives up if `cancelled()`
+        says so by then (the version retired: its blob would only hold the compiled model in
+        memory), or if the process exits first; one under way finishes before the exit
+        (core.runtime.background)."""
+        if not self.local or not self.export:
+            return None
+        target = Path(self.local) / f"{name}.blob"
+        if target.exists():
+            return None
+
+        def run() -> None:
+            if not background.wait(after, EXPORT_WAIT_S) or cancelled():
+                return
+            _lowest_priority()
+            try:
+                write(compiled, name, target.parent)
+            except (RuntimeError, OSError) as exc:
+                log.warning("Could not write compiled blob %s: %s", target, exc)
+
+        return background.start(run, f"export-{name[:8]}")
 
 
 def load(
@@ -218,42 +242,6 @@ def reimport(
         return None
 
 
-def save_later(
-    compiled: ov.CompiledModel,
-    name: str,
-    cache_dir: str,
-    after: threading.Event | None = None,
-    cancelled: Callable[[], bool] = lambda: False,
-) -> threading.Thread | None:
-    """Export to <cache_dir>/blobs/<name>.blob on a background thread (atomic rename).
-
-    The export takes a core for ~0.3 s on a ResNet-50: it waits for `after` (the version's
-    first request done, at most EXPORT_WAIT_S) so that a cold start's first answer does not
-    share the CPU with it, and runs at the lowest priority. It gives up if `cancelled()` says so
-    by then (the version retired: its blob would only hold the compiled model in memory)."""
-    folder = _local_dir(cache_dir)
-    if not folder or not _profile.export:
-        return None
-    target = Path(folder) / f"{name}.blob"
-    if target.exists():
-        return None
-
-    def run() -> None:
-        if after is not None:
-            after.wait(EXPORT_WAIT_S)
-        if cancelled():
-            return
-        _lowest_priority()
-        try:
-            write(compiled, name, target.parent)
-        except (RuntimeError, OSError) as exc:
-            log.warning("Could not write compiled blob %s: %s", target, exc)
-
-    thread = threading.Thread(target=run, name=f"export-{name[:8]}", daemon=True)
-    thread.start()
-    return thread
-
-
 def _lowest_priority() -> None:
     """Nice 19 for the calling thread only (Linux counts niceness per thread)."""
     with contextlib.suppress(AttributeError, OSError):  # not Linux: normal priority
@@ -266,9 +254,14 @@ def write(compiled: ov.CompiledModel, name: str, folder: Path) -> Path:
     target = folder / f"{name}.blob"
     blob = compiled.export_model()
     handle, temp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(handle, "wb") as out:
-        out.write(blob.getbuffer() if hasattr(blob, "getbuffer") else blob)
-    os.replace(temp, target)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(blob.getbuffer() if hasattr(blob, "getbuffer") else blob)
+        os.replace(temp, target)
+    except BaseException:  # no partial file left behind, whatever stopped the write
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
     return target
 
 
