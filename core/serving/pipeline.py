@@ -15,6 +15,7 @@ import numpy as np
 
 from core.config.pipelines import REQUEST, Connection, NodeConfig, PipelineConfig
 from core.errors import ConfigError, InternalError, InvalidInputError, NoResultsError
+from core.serving import graph
 from core.serving.custom_nodes import BrokenLibrary, CustomNode
 from core.serving.servable import Servable, State, Status
 from core.tensors import dtypes
@@ -56,8 +57,8 @@ class Pipeline:
         self.models = models
         self.status = Status(State.AVAILABLE)
         self.timings: dict[str, float] = {}
-        _check_sources(config)
-        self._order = _topological(config)
+        graph.check_sources(config)
+        self._order = graph.topological_order(config)
         self._nodes: dict[str, _Node] = {}
         try:
             for node in config.nodes:
@@ -65,7 +66,7 @@ class Pipeline:
         except ConfigError:
             self.retire()  # deinitialize the custom nodes already initialized
             raise
-        self._demuxed = _demuxed_nodes(config, self._order)
+        self._demuxed = graph.demuxed_nodes(config, self._order)
         try:
             self.inputs = self._input_specs()
             self.outputs = self._output_specs()
@@ -132,7 +133,7 @@ class Pipeline:
                         source, node.config.name, bool(node.config.gather_from_node)
                     )
                 )
-                _check_compatible(produced, node.inputs[item], where, item)
+                graph.check_compatible(produced, node.inputs[item], where, item)
 
     def _produced(self, source: Connection, consumer: str, gathers: bool) -> TensorSpec | None:
         """The spec a connection delivers, as the consumer sees it (demux drops/gather adds
@@ -285,92 +286,3 @@ def _split(value: np.ndarray, node: NodeConfig) -> list[np.ndarray]:
 
 def _stacked(value: Value) -> np.ndarray:
     return np.stack(value) if isinstance(value, list) else value
-
-
-def _check_sources(config: PipelineConfig) -> None:
-    """Every connection names the request or a node of this pipeline; names are unique."""
-    names = [n.name for n in config.nodes]
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError(f"pipeline {config.name}: node name {name} is duplicated")
-    for node in config.nodes:
-        for item, source in node.inputs.items():
-            if source.node != REQUEST and source.node not in names:
-                raise ConfigError(
-                    f"pipeline {config.name} node {node.name}: input {item} "
-                    f"comes from unknown node {source.node!r}"
-                )
-        if node.gather_from_node and node.gather_from_node not in names:
-            raise ConfigError(
-                f"pipeline {config.name} node {node.name}: gather_from_node "
-                f"names unknown node {node.gather_from_node!r}"
-            )
-    for alias, source in config.outputs.items():
-        if source.node != REQUEST and source.node not in names:
-            raise ConfigError(
-                f"pipeline {config.name}: output {alias} comes from unknown node {source.node!r}"
-            )
-
-
-def _topological(config: PipelineConfig) -> list[str]:
-    deps = {n.name: {s.node for s in n.inputs.values() if s.node != REQUEST} for n in config.nodes}
-    order: list[str] = []
-    ready = sorted(name for name, d in deps.items() if not d)
-    while ready:
-        name = ready.pop(0)
-        order.append(name)
-        for other, d in deps.items():
-            if name in d:
-                d.discard(name)
-                if not d and other not in order and other not in ready:
-                    ready.append(other)
-    if len(order) != len(deps):
-        stuck = sorted(set(deps) - set(order))
-        raise ConfigError(f"pipeline {config.name}: nodes {', '.join(stuck)} form a cycle")
-    return order
-
-
-def _demuxed_nodes(config: PipelineConfig, order: list[str]) -> set[str]:
-    """Nodes whose outputs are per-item lists: the demultiplexer and those after it, up to
-    (not including) a gathering node."""
-    nodes = {n.name: n for n in config.nodes}
-    demuxers = [n for n in config.nodes if n.demultiply_count is not None]
-    if len(demuxers) > 1:
-        raise ConfigError(f"pipeline {config.name}: only one demultiplexer node is supported")
-    inside: set[str] = set()
-    for name in order:
-        node = nodes[name]
-        fed = {s.node for s in node.inputs.values()} & inside
-        if node.demultiply_count is not None or (fed and not node.gather_from_node):
-            inside.add(name)
-    return inside
-
-
-def _check_compatible(
-    produced: TensorSpec | None, expected: TensorSpec, where: str, item: str
-) -> None:
-    if produced is None:
-        return
-    if produced.dtype is not expected.dtype:
-        raise ConfigError(
-            f"{where}: input {item} expects {expected.dtype.kserve} but its "
-            f"source produces {produced.dtype.kserve}"
-        )
-    if (
-        expected.dims != (ANY,)
-        and produced.dims != (ANY,)
-        and (
-            len(produced.dims) != len(expected.dims)
-            or not all(_overlap(a, b) for a, b in zip(produced.dims, expected.dims, strict=True))
-        )
-    ):
-        raise ConfigError(
-            f"{where}: input {item} expects shape {format_dims(expected.dims)} "
-            f"but its source produces {format_dims(produced.dims)}"
-        )
-
-
-def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    if a[0] == -1 or b[0] == -1:
-        return True
-    return max(a[0], b[0]) <= min(a[1], b[1])
