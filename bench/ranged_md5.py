@@ -18,8 +18,8 @@ from typing import Any
 
 from core.storage import checksums, http_client
 from core.storage.azure import rest as azure_rest
-from tests.emulators import Azurite
 from tests.core.storage.helpers import Answer, Front, forward
+from tests.emulators import Azurite
 
 SIZE = 49 << 20
 
