@@ -228,10 +228,24 @@ def mixed_phase(factory: cases.Factory, port: int, cycles: int) -> dict[str, Any
 # -- JSON ------------------------------------------------------------------------------------
 
 
+def bare_parse(body: bytes) -> Callable[[], object]:
+    """A bare simdjson parse of a TFS `instances` body into float64 (no checks, no dtype)."""
+    import simdjson
+
+    parser = simdjson.Parser()
+
+    def parse() -> object:
+        doc: Any = parser.parse(body)
+        array = np.frombuffer(doc["instances"].as_buffer(of_type="d"), np.float64)
+        del doc
+        return array
+
+    return parse
+
+
 def decode_bench(x: np.ndarray, repeat: int) -> dict[str, float]:
     """Median ms of the server's REST JSON decode of a 1x3x224x224 f32 body (TFS row and
     KServe) against np.fromstring(sep=",") and a bare simdjson parse of the same numbers."""
-    import simdjson
 
     from core.codecs import fast_json, kserve_rest, tfs_rest
     from core.tensors import dtypes
@@ -252,13 +266,7 @@ def decode_bench(x: np.ndarray, repeat: int) -> dict[str, float]:
         }
     )
     csv = tfs[len(b'{"instances":') : -1].replace(b"[", b"").replace(b"]", b"")
-    parser = simdjson.Parser()
-
-    def bare() -> object:
-        doc: Any = parser.parse(tfs)
-        array = np.frombuffer(doc["instances"].as_buffer(of_type="d"), np.float64)
-        del doc
-        return array
+    bare = bare_parse(tfs)
 
     named = orjson.dumps({"instances": [{"input": row} for row in x.tolist()]})
     calls = {

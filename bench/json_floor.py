@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import simdjson
 
 from bench import cases
-from bench.adaptive import MODEL, build, server
+from bench.adaptive import MODEL, bare_parse, build, server
 from bench.common import base_env, free_port, http_ok, latencies, process, save, workdir
 
 PARSE = "bare simdjson parse (TFS body)"
@@ -99,18 +98,6 @@ def alternate(
         for name, call in calls.items():
             out[name].append(latencies(call, size, warmup=0))
     return out
-
-
-def bare_parse(body: bytes) -> Callable[[], object]:
-    parser = simdjson.Parser()
-
-    def parse() -> object:
-        doc: Any = parser.parse(body)
-        array = np.frombuffer(doc["instances"].as_buffer(of_type="d"), np.float64)
-        del doc
-        return array
-
-    return parse
 
 
 def codec_calls(bodies: dict[str, bytes]) -> dict[str, Callable[[], object]]:
