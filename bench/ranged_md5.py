@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.storage import checksums, http_client
+from core.storage import checksums, download, http_client
 from core.storage.azure import rest as azure_rest
 from tests.core.storage.helpers import Answer, Front, forward
 from tests.emulators import Azurite
@@ -56,13 +56,13 @@ def timings(emulator: Azurite, rate: float, repeat: int) -> dict[str, list[float
         def get(headers: dict[str, str], use: Any) -> int:
             return backend._call(obj.key, {}, azure_rest.ranged(headers), "bench", use)
 
-        variants = {"unchecked": http_client.Ranges(), "Content-MD5": azure_rest.WHOLE_MD5}
+        variants = {"unchecked": download.Ranges(), "Content-MD5": azure_rest.WHOLE_MD5}
         times: dict[str, list[float]] = {name: [] for name in variants}
         for turn in range(repeat):
             for name in list(variants)[:: 1 if turn % 2 == 0 else -1]:
                 dest = Path(tempfile.mktemp())
                 started = time.perf_counter()
-                http_client.download(
+                download.download(
                     obj, dest, "bench", get, digest=blob_md5, ranges=variants[name]
                 )
                 times[name].append(time.perf_counter() - started)

@@ -1,5 +1,5 @@
 """Fuzzed comparison of the REST clients' request signing with the SDKs they stand in for:
-core.storage.s3.rest.signed_headers (SigV4) with botocore's S3SigV4Auth, and
+core.storage.s3.signing.signed_headers (SigV4) with botocore's S3SigV4Auth, and
 core.storage.azure.rest.authorization (Shared Key) with azure-storage-blob's
 SharedKeyCredentialPolicy, on the requests the clients send (listings with prefixes and
 continuation tokens, whole and ranged GETs of keys with unicode and reserved characters, with
@@ -26,7 +26,9 @@ from urllib.parse import quote
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.storage.azure import rest as azure_rest  # noqa: E402
+from core.storage.s3 import checksums as s3_checksums  # noqa: E402
 from core.storage.s3 import rest as s3_rest  # noqa: E402
+from core.storage.s3 import signing as s3_signing  # noqa: E402
 
 # characters a key or token may hold: reserved, unicode, and what encoders get wrong
 ODD = " +%=&?#;:@$,!*'()[]~/\\\"<>^`{|}é日本𝄞\u00a0\u200b"
@@ -69,13 +71,13 @@ def s3_request(rng: random.Random) -> dict[str, Any]:
         if kind < 0.4:
             headers = {"Range": _range(rng), "If-Match": f'"{tag}"'}
         elif kind < 0.7:
-            headers = dict(s3_rest.CHECKSUM_MODE)
+            headers = dict(s3_checksums.CHECKSUM_MODE)
         else:
-            method, headers = "HEAD", {**s3_rest.CHECKSUM_MODE, "If-Match": f'"{tag}-3"'}
+            method, headers = "HEAD", {**s3_checksums.CHECKSUM_MODE, "If-Match": f'"{tag}-3"'}
             if rng.random() < 0.5:
                 query = {"partNumber": str(rng.randint(1, 10000))}
     token = _text(rng, TOKEN, 20, 300) if rng.random() < 0.5 else ""
-    creds = s3_rest.Credentials(
+    creds = s3_signing.Credentials(
         "AKIA" + _text(rng, string.ascii_uppercase, 16, 16), _text(rng, TOKEN, 40, 40), token
     )
     now = datetime(
@@ -105,7 +107,7 @@ def s3_signatures(request: dict[str, Any]) -> tuple[str, str]:
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    ours = s3_rest.signed_headers(
+    ours = s3_signing.signed_headers(
         request["method"],
         request["host"],
         request["path"],

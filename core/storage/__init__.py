@@ -8,7 +8,8 @@ runtime gets from storage: nothing is looked up by folder path in a process glob
 
 Modules: local.py (a folder on disk), bucket.py (any bucket: versions, fingerprints, fetch),
 folders.py (the download cache shared by the process), backend.py (what a provider's client
-implements), http_client.py (the stdlib HTTP client of the REST clients), and one package per
+implements), http_client.py (the stdlib HTTP client of the REST clients), download.py (an
+object into a file over it, checked against its digests), and one package per
 cloud, s3/, gcs/, azure/: URL parsing, client choice (`OVS_<P>_CLIENT=auto|sdk|rest`, see
 clients.py) and error texts in its __init__, the official SDK's client in sdk.py, the fast
 stdlib client in rest.py. A cloud package is imported only when a URL of its scheme is opened,

@@ -1,7 +1,7 @@
 """End-to-end integrity for the REST clients, as the SDKs check it: the digest a provider
 gives for an object (S3's x-amz-checksum-* or a single-part ETag, Cloud Storage's crc32c/md5,
 Azure's Content-MD5), computed again over the bytes written. A mismatch is a StorageError and
-the download's temp file never becomes visible (core.storage.http_client).
+the download's temp file never becomes visible (core.storage.download).
 """
 
 from __future__ import annotations

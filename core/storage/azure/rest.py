@@ -22,7 +22,7 @@ from typing import TypeVar
 from urllib.parse import quote, unquote, urlsplit
 from xml.etree import ElementTree
 
-from core.storage import checksums, http_client
+from core.storage import checksums, download, http_client
 from core.storage.azure import describe
 from core.storage.backend import RemoteObject
 from core.storage.secrets import StorageError
@@ -179,7 +179,7 @@ class AzureRestBackend:
                     return checksums.from_base64("md5", value, name)
             return checksums.from_base64("md5", obj.hashes, "listing")
 
-        http_client.download(
+        download.download(
             obj,
             dest,
             what,
@@ -239,8 +239,8 @@ def range_md5_problem(response: http_client.Response, digests: dict[str, bytes])
 # A big blob with a Content-MD5 is read in PART_BYTES ranges and its MD5 computed in order,
 # each range once it is in. One without is read in ranges of 4 MiB (the SDK's chunk, and the
 # most Blob Storage gives an MD5 of), each checked against the MD5 the service gives of it.
-WHOLE_MD5 = http_client.Ranges(in_order=checksums.FAST | {"md5"})
-RANGE_MD5 = http_client.Ranges(
+WHOLE_MD5 = download.Ranges(in_order=checksums.FAST | {"md5"})
+RANGE_MD5 = download.Ranges(
     size=4 << 20,
     headers={"x-ms-range-get-content-md5": "true"},
     hashes=lambda _: frozenset({"md5"}),

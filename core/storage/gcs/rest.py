@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
-from core.storage import checksums, http_client, secrets
+from core.storage import checksums, download, http_client, secrets
 from core.storage.backend import RemoteObject
 from core.storage.gcs import not_found
 from core.storage.secrets import StorageError
@@ -255,7 +255,7 @@ class GcsRestBackend:
                 obj.hashes, "listing"
             )
 
-        http_client.download(obj, dest, what, get, GZIP_HINT, digest)
+        download.download(obj, dest, what, get, GZIP_HINT, digest)
 
     def _url(self, key: str) -> str:
         return f"gs://{self.bucket}/{key}"

@@ -23,7 +23,7 @@ from core.storage.bucket import BucketRepository
 from core.storage.secrets import StorageError
 
 if TYPE_CHECKING:
-    from core.storage.s3.rest import Credentials
+    from core.storage.s3.signing import Credentials
 
 SCHEMES = ("s3",)
 VARIABLE = "OVS_S3_CLIENT"

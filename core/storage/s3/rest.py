@@ -8,12 +8,11 @@ proxy, FIPS or dual-stack setting (from_environment says why not otherwise). It 
 three calls: ListObjectsV2, GetObject, and ranged GetObjects (If-Match the listed ETag) for big
 files, with the timeouts, retries and error texts of the boto3 path. A bucket in another
 region than AWS_REGION is followed once, from the region S3's redirect or error names.
+The signing is signing.py; the checksums S3's answers name are read in checksums.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import http.client
 import logging
 import os
@@ -27,32 +26,27 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote, unquote_plus, urlsplit
 
-from core.storage import checksums, http_client
+from core.storage import checksums, download, http_client
 from core.storage.backend import RemoteObject
+from core.storage.download import Ranges
 from core.storage.s3 import describe
+from core.storage.s3.checksums import (
+    CHECKSUM_MODE,
+    IN_ORDER,
+    PartsDigest,
+    digest,
+    maybe_composite,
+    parts_digest,
+    tag_parts,
+    whole_digest,
+)
+from core.storage.s3.signing import Credentials, canonical_query, signed_headers
 from core.storage.secrets import StorageError
 
 log = logging.getLogger("ov_serverless.storage")
 
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 T = TypeVar("T")
 _DNS_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
-_MULTIPART_ETAG = re.compile(r"([0-9a-fA-F]{32})-([0-9]{1,5})")
-_PARTS = re.compile(r"[0-9]{1,5}")
-# Full-object checksums GetObject names with x-amz-checksum-mode: ENABLED, best first (those
-# with a fast hasher here; CRC64NVME has none in the standard library)
-CHECKSUMS = ("crc32", "crc32c", "sha256", "sha1")
-CHECKSUM_MODE = {"x-amz-checksum-mode": "ENABLED"}
-# what a big object's whole digest is hashed with in order (the MD5 of a single-part upload
-# when it has no checksum: its only digest)
-IN_ORDER = frozenset({*CHECKSUMS, "md5"})
-
-
-@dataclass(frozen=True)
-class Credentials:
-    key: str
-    secret: str
-    token: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,148 +117,6 @@ def target(bucket: str, endpoint_url: str | None, region: str) -> Target:
     return Target(f"https://{bucket}.s3.{region}.{domain}", "")
 
 
-def signed_headers(
-    method: str,
-    host: str,
-    path: str,
-    query: dict[str, str],
-    headers: dict[str, str],
-    creds: Credentials,
-    region: str,
-    now: datetime,
-) -> dict[str, str]:
-    """`headers` plus host, x-amz-* and the SigV4 Authorization for a bodiless request."""
-    stamp = now.strftime("%Y%m%dT%H%M%SZ")
-    out = {**headers, "host": host, "x-amz-date": stamp, "x-amz-content-sha256": EMPTY_SHA256}
-    if creds.token:
-        out["x-amz-security-token"] = creds.token
-    lowered = {name.lower(): " ".join(value.split()) for name, value in out.items()}
-    names = sorted(lowered)
-    canonical = "\n".join(
-        [
-            method,
-            quote(path, safe="/~"),
-            canonical_query(query),
-            *(f"{name}:{lowered[name]}" for name in names),
-            "",
-            ";".join(names),
-            EMPTY_SHA256,
-        ]
-    )
-    scope = f"{stamp[:8]}/{region}/s3/aws4_request"
-    to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{_sha256(canonical)}"
-    key = f"AWS4{creds.secret}".encode()
-    for part in (stamp[:8], region, "s3", "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    out["Authorization"] = (
-        f"AWS4-HMAC-SHA256 Credential={creds.key}/{scope}, "
-        f"SignedHeaders={';'.join(names)}, Signature={signature}"
-    )
-    return out
-
-
-def canonical_query(query: dict[str, str]) -> str:
-    pairs = sorted((quote(k, safe="~"), quote(v, safe="~")) for k, v in query.items())
-    return "&".join(f"{k}={v}" for k, v in pairs)
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def digest(response: http_client.Response) -> checksums.Digest | None:
-    """The whole object's digest a GetObject (or HeadObject) answer names: a full-object
-    x-amz-checksum-* (with checksum mode; a composite `<b64>-<parts>` is none), else the ETag
-    of a single-part upload stored without SSE-KMS or SSE-C (their ETags are no MD5)."""
-    return whole_digest(response.msg)
-
-
-def whole_digest(headers: http_client.Headers) -> checksums.Digest | None:
-    found = full_checksum(headers)
-    if found is not None or not etag_is_md5(headers):
-        return found
-    return checksums.from_hex_md5(headers.get("ETag", ""), "ETag")
-
-
-def full_checksum(headers: http_client.Headers) -> checksums.Digest | None:
-    """The full-object x-amz-checksum-* an answer with checksum mode names, best first (none
-    of type COMPOSITE, nor a composite's `<b64>-<parts>`)."""
-    if headers.get("x-amz-checksum-type", "").upper() == "COMPOSITE":
-        return None
-    for name in CHECKSUMS:
-        value = headers.get(f"x-amz-checksum-{name}", "")
-        found = checksums.from_base64(name, value, f"x-amz-checksum-{name}") if value else None
-        if found is not None:
-            return found
-    return None
-
-
-def maybe_composite(headers: http_client.Headers) -> bool:
-    """The answer's checksum may be a composite one named without its `-<parts>` and type
-    (moto's HEAD does so): of a multipart upload, of no stated type."""
-    return not headers.get("x-amz-checksum-type") and bool(etag_parts(headers))
-
-
-def etag_parts(headers: http_client.Headers) -> int:
-    return tag_parts(headers.get("ETag", ""))
-
-
-def tag_parts(tag: str) -> int:
-    """The number of parts a multipart upload's ETag (`"<hex>-<parts>"`) names; else 0."""
-    found = _MULTIPART_ETAG.fullmatch(tag.strip().strip('"'))
-    return int(found.group(2)) if found else 0
-
-
-def etag_is_md5(headers: http_client.Headers) -> bool:
-    """The ETag is an MD5 (of the object, or of its parts' MD5s): not so under SSE-KMS or
-    SSE-C."""
-    encryption = headers.get("x-amz-server-side-encryption", "").lower()
-    return not (
-        encryption.startswith("aws:kms")
-        or headers.get("x-amz-server-side-encryption-customer-algorithm")
-    )
-
-
-@dataclass(frozen=True)
-class PartsDigest:
-    """A digest made of an upload's `parts` parts' digests, all of `algorithm`: a composite
-    checksum (`<b64>-<parts>`: the checksum of the parts' raw checksums one after another) or
-    a multipart ETag (`<hex>-<parts>`: the MD5 of the parts' MD5s)."""
-
-    algorithm: str
-    want: bytes
-    parts: int
-    source: str
-
-    def made(self, digests: list[bytes]) -> bytes:
-        hasher = checksums.new_hasher(self.algorithm)
-        assert hasher is not None  # parts_digest names only algorithms at hand
-        hasher.update(b"".join(digests))
-        return hasher.digest()
-
-
-def parts_digest(headers: http_client.Headers, parts: int) -> PartsDigest | None:
-    """The digest of an upload in `parts` parts the answer names: a composite checksum (its
-    parts' CRCs cost little), else, with no full-object checksum, the multipart ETag; None
-    for an upload in another number of parts."""
-    if headers.get("x-amz-checksum-type", "").upper() != "FULL_OBJECT":
-        for name in CHECKSUMS:
-            value, dash, count = headers.get(f"x-amz-checksum-{name}", "").partition("-")
-            named = int(count) if dash and _PARTS.fullmatch(count) else etag_parts(headers)
-            found = checksums.from_base64(name, value, "") if named == parts else None
-            if found is not None:
-                source = f"composite x-amz-checksum-{name}, of its {parts} parts'"
-                return PartsDigest(name, found.want, parts, source)
-    if full_checksum(headers) is not None or not etag_is_md5(headers):
-        return None
-    etag = _MULTIPART_ETAG.fullmatch(headers.get("ETag", "").strip().strip('"'))
-    if etag is None or int(etag.group(2)) != parts:
-        return None
-    source = f"multipart ETag, the MD5 of its {parts} parts' MD5s"
-    return PartsDigest("md5", bytes.fromhex(etag.group(1)), parts, source)
-
-
 class S3RestBackend:
     """One bucket through S3's REST API; core.storage.backend's Backend."""
 
@@ -306,7 +158,7 @@ class S3RestBackend:
 
     def download(self, obj: RemoteObject, dest: Path) -> None:
         what = f"download {self._url(obj.key)}"
-        http_client.download(
+        download.download(
             obj,
             dest,
             f"Cannot {what}",
@@ -316,13 +168,13 @@ class S3RestBackend:
             ranges=self._ranges(obj, what),
         )
 
-    def _ranges(self, obj: RemoteObject, what: str) -> http_client.Ranges:
+    def _ranges(self, obj: RemoteObject, what: str) -> Ranges:
         """A ranged GetObject names no checksum: a HEAD beside the ranges does. A full-object
         checksum, or the ETag (an MD5) of a single-part upload, is hashed in order; a digest
         made of the parts' (a composite checksum, else a multipart ETag) when the upload's
         parts are the ranges (as many as the ranges, as boto3 and the AWS CLI upload), each
         range hashed in its worker as it arrives."""
-        count = -(-obj.size // http_client.PART_BYTES)
+        count = -(-obj.size // download.PART_BYTES)
 
         def hashes(head: http_client.Headers) -> frozenset[str]:
             made = parts_digest(head, count)
@@ -332,7 +184,7 @@ class S3RestBackend:
             made = parts_digest(head, count)
             return self._parts_problem(obj, made, digests, what) if made is not None else None
 
-        return http_client.Ranges(
+        return Ranges(
             side=lambda: self._head(obj, {}, what),
             hashes=hashes if tag_parts(obj.tag) == count else None,
             whole=whole,
@@ -360,7 +212,7 @@ class S3RestBackend:
 
     def _parts_are_ranges(self, obj: RemoteObject, parts: int, what: str) -> bool:
         for number in range(1, parts + 1):
-            size = min(http_client.PART_BYTES, obj.size - (number - 1) * http_client.PART_BYTES)
+            size = min(download.PART_BYTES, obj.size - (number - 1) * download.PART_BYTES)
             try:
                 head = self._head(obj, {"partNumber": str(number)}, what)
             except StorageError as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import StorageError
-from core.storage import azure, http_client, open_repository
+from core.storage import azure, download, http_client, open_repository
 from core.storage.azure import rest as azure_rest
 from core.storage.azure import sdk as azure_sdk
 from tests.core.storage.helpers import (
@@ -95,7 +95,7 @@ def test_a_missing_container_and_blob_read_as_on_the_sdk_path(
 def test_big_file_downloads_in_ranges_and_a_replaced_one_fails(
     az_store: Store, tmp_path: Path
 ) -> None:
-    data = os.urandom(http_client.RANGED_MIN_BYTES + http_client.PART_BYTES // 2 + 3)
+    data = os.urandom(download.RANGED_MIN_BYTES + download.PART_BYTES // 2 + 3)
     az_store.put("m/1/big.bin", data)
     rest = azure.backend(az_store.bucket)
     [obj] = rest.list_objects("m/1/big.bin")

@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 
 from core.errors import StorageError
-from core.storage import gcs, http_client, open_repository
+from core.storage import download, gcs, http_client, open_repository
 from core.storage.gcs import rest as gcs_rest
 from core.storage.gcs import sdk as gcs_sdk
 from tests.core.storage.helpers import (
@@ -194,7 +194,7 @@ def test_listing_pages_match_the_sdk(
 def test_big_file_downloads_in_ranges_of_the_listed_generation(
     gs_store: Store, cache_dir: Path, cloud_run: tuple[Metadata, BearerFront]
 ) -> None:
-    big = bytes(range(256)) * ((http_client.RANGED_MIN_BYTES + http_client.PART_BYTES // 2) // 256)
+    big = bytes(range(256)) * ((download.RANGED_MIN_BYTES + download.PART_BYTES // 2) // 256)
     gs_store.put("m/1/model.bin", big)
     gs_store.put("m/1/model.xml", b"<net/>")
     folder = open_repository(gs_store.url("m"), cache_dir).fetch(1).folder
@@ -208,7 +208,7 @@ def test_big_file_downloads_in_ranges_of_the_listed_generation(
 def test_a_range_answered_with_the_whole_object_fails_and_writes_no_file(
     gs_store: Store, cache_dir: Path, cloud_run: tuple[Metadata, BearerFront]
 ) -> None:
-    gs_store.put("m/1/model.bin", b"\x01" * (http_client.RANGED_MIN_BYTES + 1))
+    gs_store.put("m/1/model.bin", b"\x01" * (download.RANGED_MIN_BYTES + 1))
     gs_store.put("m/1/model.xml", b"<net/>")
     cloud_run[1].whole = True
     with pytest.raises(

@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape
 import pytest
 
 from core.errors import StorageError
-from core.storage import http_client, open_repository, s3
+from core.storage import download, open_repository, s3
 from core.storage.s3 import rest as s3_rest
 from tests.core.storage.helpers import Front, Store, forward, use_store_env, use_store_env_again
 from tests.emulators import Emulator
@@ -64,7 +64,7 @@ def _through(front: Front, store: Store, monkeypatch: pytest.MonkeyPatch) -> str
     return store.url("m")
 
 
-BIG = http_client.RANGED_MIN_BYTES + http_client.PART_BYTES + 5
+BIG = download.RANGED_MIN_BYTES + download.PART_BYTES + 5
 CASES = [
     *((scheme, 64 << 10) for scheme in REST),
     ("gs", BIG),
@@ -223,7 +223,7 @@ def _put_big(store: Store, key: str, data: bytes, upload: str) -> None:
 
 
 NOT_VERIFIED = "not verified"
-PARTS = http_client.PART_BYTES >> 20  # the ranges' size, MiB
+PARTS = download.PART_BYTES >> 20  # the ranges' size, MiB
 RANGED = [  # scheme, upload, the digest a flipped byte fails
     ("s3", f"parts-{PARTS}", "composite x-amz-checksum-crc32, of its 4 parts'"),
     ("s3", f"parts-{PARTS}-etag", "multipart ETag, the MD5 of its 4 parts' MD5s"),
@@ -251,7 +251,7 @@ def test_a_big_file_in_ranges_is_verified_and_one_flipped_byte_in_one_range_is_r
     store.put("m/1/model.xml", b"<net/>")
     _put_big(store, "m/1/model.bin", data, upload)
     good = OneByteFront(store.emulator.port)
-    bad = OneByteFront(store.emulator.port, at=http_client.PART_BYTES + 12345)
+    bad = OneByteFront(store.emulator.port, at=download.PART_BYTES + 12345)
     try:
         with caplog.at_level(logging.DEBUG, logger="ov_serverless.storage"):
             url = _through(good, store, monkeypatch)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from core.errors import StorageError
-from core.storage import http_client, open_repository, s3
+from core.storage import download, http_client, open_repository, s3
 from core.storage.s3 import rest as s3_rest
 from core.storage.s3 import sdk as s3_sdk
 from tests.core.storage.helpers import (
@@ -146,7 +146,7 @@ def test_listing_pages_and_odd_keys_match_boto3(
 def test_big_file_downloads_in_ranges_and_a_replaced_one_fails(
     s3_store: Store, tmp_path: Path
 ) -> None:
-    data = os.urandom(http_client.RANGED_MIN_BYTES + http_client.PART_BYTES // 2 + 3)
+    data = os.urandom(download.RANGED_MIN_BYTES + download.PART_BYTES // 2 + 3)
     s3_store.put("m/1/big.bin", data)
     rest = s3.backend(s3_store.bucket, None)
     [obj] = rest.list_objects("m/1/big.bin")
@@ -316,7 +316,7 @@ def test_a_range_answered_with_the_whole_object_fails_and_writes_no_file(
     front = KeepAliveFront(s3_store.emulator.port)
     front.whole = True
     try:
-        s3_store.put("m/1/model.bin", b"\x01" * (http_client.RANGED_MIN_BYTES + 1))
+        s3_store.put("m/1/model.bin", b"\x01" * (download.RANGED_MIN_BYTES + 1))
         s3_store.put("m/1/model.xml", b"<net/>")
         repo = open_repository(f"s3://{front.url.split('//')[1]}/{s3_store.bucket}/m", cache_dir)
         with pytest.raises(
