@@ -92,7 +92,8 @@ def _decode_one(data: object, name: str, channels: int, max_pixels: int) -> np.n
         raise InvalidInputError(f"Binary image input must be bytes; input name: {name}")
     from PIL import Image, UnidentifiedImageError
 
-    Image.MAX_IMAGE_PIXELS = max_pixels
+    # max_pixels is checked here, per App; Pillow's own bomb check (a process-wide setting,
+    # left as it is) refuses what is far over its default before the header is even kept
     try:
         with Image.open(io.BytesIO(bytes(data))) as image:
             if image.format not in ("JPEG", "PNG"):

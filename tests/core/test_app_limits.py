@@ -100,6 +100,16 @@ def test_each_app_applies_its_own_image_limit(apps: tuple[App, App]) -> None:
     request = make_request("POST", "/v1/models/echo:predict", body)
     refused = small.handle(request)
     assert refused.status == 400
-    assert "exceeds the limit of 100 pixels" in json.loads(refused.body)["error"]
+    assert "20x20 pixels exceed the limit of 100 pixels" in json.loads(refused.body)["error"]
     assert large.handle(request).status == 200
     assert small.handle(request).status == 400
+
+
+def test_an_apps_image_limit_leaves_pillows_own_setting_alone(apps: tuple[App, App]) -> None:
+    from PIL import Image
+
+    before = Image.MAX_IMAGE_PIXELS
+    small, _ = apps
+    body = json.dumps({"instances": [{"b64": _png(20)}]}).encode()
+    assert small.handle(make_request("POST", "/v1/models/echo:predict", body)).status == 400
+    assert before == Image.MAX_IMAGE_PIXELS  # other Pillow users in the process keep theirs
