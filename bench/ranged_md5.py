@@ -62,9 +62,7 @@ def timings(emulator: Azurite, rate: float, repeat: int) -> dict[str, list[float
             for name in list(variants)[:: 1 if turn % 2 == 0 else -1]:
                 dest = Path(tempfile.mktemp())
                 started = time.perf_counter()
-                download.download(
-                    obj, dest, "bench", get, digest=blob_md5, ranges=variants[name]
-                )
+                download.download(obj, dest, "bench", get, digest=blob_md5, ranges=variants[name])
                 times[name].append(time.perf_counter() - started)
                 dest.unlink()
         return times
