@@ -25,18 +25,25 @@ SIZE = 49 << 20
 
 
 class Throttled(Front):
-    """Forwards to the emulator on `port`; an answer of n bytes takes at least n / rate s."""
+    """Forwards to the emulator on `port`; an answer's body streams at `rate` bytes/s per
+    connection, in 256 KiB pieces (as a network delivers it: a client sees it arrive)."""
+
+    PIECE = 256 << 10
 
     def __init__(self, port: int, rate: float) -> None:
         self.port, self.rate = port, rate
         super().__init__()
 
     def answer(self, request: Any) -> Answer:
+        return forward(self.port, request.path, dict(request.headers))
+
+    def write(self, out: Any, body: bytes) -> None:
         started = time.perf_counter()
-        status, headers, body = forward(self.port, request.path, dict(request.headers))
-        if self.rate:
-            time.sleep(max(0.0, len(body) / self.rate - (time.perf_counter() - started)))
-        return status, headers, body
+        for at in range(0, len(body), self.PIECE):
+            out.write(body[at : at + self.PIECE])
+            if self.rate:
+                due = (at + self.PIECE) / self.rate - (time.perf_counter() - started)
+                time.sleep(max(0.0, due))
 
 
 def blob_md5(response: http_client.Response) -> checksums.Digest | None:

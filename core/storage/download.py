@@ -6,10 +6,12 @@ whole object, of each range, or made of the parts'). A mismatch is a StorageErro
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
@@ -115,24 +117,35 @@ def _ranged(
     starts = range(0, obj.size, ranges.size)
     got: list[_Got] = []
     check: Check | None = None
+    written = _Written(len(starts))
     with ThreadPoolExecutor(PART_WORKERS + (ranges.side is not None)) as pool:
         side = _beside(pool, ranges.side)
         parts = [
-            pool.submit(_part, obj, start, fd, what, get, whole_hint, ranges, side)
-            for start in starts
+            pool.submit(_part, obj, start, fd, what, get, whole_hint, ranges, side, index, written)
+            for index, start in enumerate(starts)
         ]
+        for part in parts:
+            part.add_done_callback(written.wake)
         try:
-            for start, part in zip(starts, parts, strict=True):
+            for index, (start, part) in enumerate(zip(starts, parts, strict=True)):
+                end = min(start + ranges.size, obj.size)
+                hashed = start
+                if check is not None:  # follow the range's bytes onto the disk as they come
+                    hashed = _follow(fd, start, index, part, written, check)
                 got.append(part.result())
-                if start == 0:
+                if index == 0:
                     named = ranges.named(side()) or digest(got[0].answer)
                     check = checksums.start(named, ranges.in_order)
                 if check is not None:
-                    _hash_range(fd, start, min(start + ranges.size, obj.size), check)
+                    _hash_range(fd, hashed, end, check)
         except BaseException:
             for part in parts:
                 part.cancel()  # no more ranges of a failed download
             raise
+    if check is not None and written.rewritten:  # a retry rewrote bytes the hash had seen
+        check = checksums.start(named, ranges.in_order)
+        if check is not None:
+            _hash_range(fd, 0, obj.size, check)
     in_order = check.problem() if check is not None else None
     if in_order and ranges.tentative(side()):
         in_order = None
@@ -178,15 +191,20 @@ def _part(
     whole_hint: str,
     ranges: Ranges,
     side: Callable[[], Headers],
+    index: int,
+    progress: _Written,
 ) -> _Got:
     end = min(start + ranges.size, obj.size) - 1
     got: list[_Got] = []  # the last attempt's
 
     def use(response: Response) -> int:
         _partial(response, f"{what}: bytes {start}-{end}", whole_hint)
+        progress.restart(index)
         hashers = _hashers(ranges.hashes(side())) if ranges.hashes is not None else {}
         fanout = _Fanout(list(hashers.values())) if hashers else None
-        written = copy(response, fd, start, check=fanout)
+        written = copy(response, fd, start, check=fanout, wrote=lambda n: progress.add(index, n))
+        if written < end - start + 1:  # the connection ended early: retried as a drop
+            raise http.client.IncompleteRead(b"", end - start + 1 - written)
         digests = {name: hasher.digest() for name, hasher in hashers.items()}
         problem = ranges.part(response, digests) if ranges.part is not None else None
         if problem:
@@ -217,6 +235,52 @@ class _Fanout:
             hasher.update(data)
 
 
+class _Written:
+    """How many bytes of each range are on disk, counted from its start, so that the in-order
+    hash follows the download instead of waiting for whole ranges (a transfer slower than the
+    hash then hides it). A range retried after some of its bytes were written is rewritten:
+    the hash may have seen the failed attempt's bytes, so the file is hashed again at the end."""
+
+    def __init__(self, count: int) -> None:
+        self._bytes = [0] * count
+        self._changed = threading.Condition()
+        self.rewritten = False
+
+    def restart(self, index: int) -> None:
+        with self._changed:
+            self.rewritten = self.rewritten or self._bytes[index] > 0
+            self._bytes[index] = 0
+
+    def add(self, index: int, count: int) -> None:
+        with self._changed:
+            self._bytes[index] += count
+            self._changed.notify_all()
+
+    def wake(self, _: object = None) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait(self, index: int, seen: int, part: Future[_Got]) -> int:
+        """The range's bytes on disk once more than `seen` are, or its part is done."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._bytes[index] > seen or part.done())
+            return self._bytes[index]
+
+
+def _follow(
+    fd: int, start: int, index: int, part: Future[_Got], written: _Written, check: Check
+) -> int:
+    """Hash range `index`'s bytes as its worker writes them, until its part is done; -> the
+    offset hashed up to (the rest is hashed once the part's result is in)."""
+    hashed = start
+    while not part.done():
+        on_disk = start + written.wait(index, hashed - start, part)
+        if on_disk > hashed:
+            _hash_range(fd, hashed, on_disk, check)
+            hashed = on_disk
+    return hashed
+
+
 def _hash_range(fd: int, start: int, end: int, check: Check) -> None:
     while start < end:
         chunk = os.pread(fd, min(CHUNK_BYTES, end - start), start)
@@ -243,10 +307,16 @@ def _partial(response: Response, what: str, whole_hint: str) -> Response:
 
 
 def copy(
-    response: Response, fd: int, start: int, truncate: bool = False, check: Updater | None = None
+    response: Response,
+    fd: int,
+    start: int,
+    truncate: bool = False,
+    check: Updater | None = None,
+    wrote: Callable[[int], None] | None = None,
 ) -> int:
     """The body into fd from offset `start`; -> bytes written. `truncate`: a whole file, whose
-    retry must not keep a failed attempt's tail. `check`: its hasher sees every byte."""
+    retry must not keep a failed attempt's tail. `check`: its hasher sees every byte.
+    `wrote(n)`: called after each n bytes are written."""
     if truncate:
         os.ftruncate(fd, start)
     written = 0
@@ -257,4 +327,6 @@ def copy(
         while view:
             n = os.pwrite(fd, view, start + written)
             view, written = view[n:], written + n
+            if wrote is not None:
+                wrote(n)
     return written

@@ -240,7 +240,7 @@ class Front:
                     self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 if self.command != "HEAD":
-                    self.wfile.write(body)
+                    front.write(self.wfile, body)
 
             do_HEAD = do_GET  # the headers of the GET's answer (boto3 heads before a download)
             do_POST = do_GET  # an OAuth token request (answer() reads the body)
@@ -255,6 +255,10 @@ class Front:
 
     def answer(self, request: Any) -> Answer:
         raise NotImplementedError
+
+    def write(self, out: Any, body: bytes) -> None:
+        """An answer's body onto the connection (at once; a subclass may pace it)."""
+        out.write(body)
 
     def close(self) -> None:
         self.http.shutdown()

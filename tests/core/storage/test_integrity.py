@@ -8,6 +8,7 @@ import io
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
@@ -308,3 +309,52 @@ def test_a_big_file_whose_service_names_no_checksum_of_its_ranges_still_download
         front.close()
     assert (folder / "model.bin").read_bytes() == data
     assert f"model.bin: {NOT_VERIFIED}" in caplog.text
+
+
+class DropOnceFront(Front):
+    """A front whose first ranged answer holding byte `at` has that byte flipped and stops
+    halfway (the connection closes: the client retries the range); the retry, clean, comes
+    `delay` seconds later, so the in-order hash has read the failed attempt's bytes by then."""
+
+    def __init__(self, port: int, at: int, delay: float) -> None:
+        self.port, self.at, self.delay = port, at, delay
+        self.dropped = 0
+        super().__init__()
+
+    def answer(self, request: Any) -> tuple[int, dict[str, str], bytes]:
+        status, headers, body = forward(
+            self.port, request.path, dict(request.headers), request.command
+        )
+        first = _range_start(headers)
+        if status != 206 or not first <= self.at < first + len(body):
+            return status, headers, body
+        if self.dropped:
+            time.sleep(self.delay)
+            return status, headers, body
+        self.dropped += 1
+        i = self.at - first
+        body = body[:i] + bytes([body[i] ^ 0x01]) + body[i + 1 :]
+        request.close_connection = True
+        return status, {**headers, "Content-Length": str(len(body))}, body[: len(body) // 2]
+
+
+@pytest.mark.parametrize(("scheme", "upload"), [("s3", "one-put"), ("az", "one-put")])
+def test_a_range_retried_after_a_corrupt_start_still_verifies(
+    scheme: str,
+    upload: str,
+    emulators: dict[str, Emulator],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    store = use_store_env(monkeypatch, emulators[scheme], scheme)
+    data = os.urandom(BIG)
+    store.put("m/1/model.xml", b"<net/>")
+    _put_big(store, "m/1/model.bin", data, upload)
+    front = DropOnceFront(store.emulator.port, at=download.PART_BYTES + 100, delay=1.0)
+    try:
+        url = _through(front, store, monkeypatch)
+        folder = open_repository(url, tmp_path / "cache").fetch(1).folder
+    finally:
+        front.close()
+    assert front.dropped == 1
+    assert (folder / "model.bin").read_bytes() == data
