@@ -11,6 +11,7 @@ writes counters under their bare name, and leaves the `version` label out where 
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import threading
 from collections.abc import Iterable, Iterator
@@ -110,32 +111,10 @@ class Family:
             yield from child.samples(self.name, dict(zip(self.labelnames, values, strict=True)))
 
 
-def Counter(
-    name: str,
-    documentation: str,
-    labelnames: tuple[str, ...] = (),  # noqa: N802
-    registry: list[Family] | None = None,
-) -> Family:
-    return Family("counter", name, documentation, labelnames, registry=registry)
-
-
-def Gauge(
-    name: str,
-    documentation: str,
-    labelnames: tuple[str, ...] = (),  # noqa: N802
-    registry: list[Family] | None = None,
-) -> Family:
-    return Family("gauge", name, documentation, labelnames, registry=registry)
-
-
-def Histogram(
-    name: str,
-    documentation: str,
-    labelnames: tuple[str, ...],  # noqa: N802
-    buckets: tuple[float, ...],
-    registry: list[Family] | None = None,
-) -> Family:
-    return Family("histogram", name, documentation, labelnames, buckets, registry)
+# prometheus_client's names: Counter(name, doc, labelnames), Histogram(..., labelnames, buckets)
+Counter = functools.partial(Family, "counter")
+Gauge = functools.partial(Family, "gauge")
+Histogram = functools.partial(Family, "histogram")
 
 
 REGISTRY: list[Family] = []
