@@ -19,7 +19,6 @@ import numpy as np
 
 from core import metrics
 from core.codecs import documents, images
-from core.codecs import openai as openai_wire
 from core.codecs.documents import Named, Signed
 from core.errors import NotFoundError, ServingError, VersionNotFoundError
 from core.serving.registry import ModelManager, ServedModel, ServedPipeline
@@ -28,6 +27,7 @@ from core.tensors.limits import Limits, check_inputs
 from core.tensors.spec import Inputs
 
 if TYPE_CHECKING:
+    from core.codecs import openai as openai_wire
     from core.openai.servable import TextModelVersion
 
 Reply = TypeVar("Reply", covariant=True)

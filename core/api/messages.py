@@ -10,7 +10,6 @@ from http import HTTPStatus
 import orjson
 
 from core import errors
-from core.codecs import openai
 
 JSON = "application/json"
 READY = b'{"ready":true}'
@@ -85,7 +84,12 @@ def error_response(exc: errors.ServingError, openai_shape: bool = False) -> Resp
     headers = {"content-type": JSON}
     if isinstance(exc, MethodNotAllowed):
         headers["allow"] = ", ".join(exc.allowed)
-    body = openai.error_body(exc) if openai_shape else exc.to_body()
+    if openai_shape:
+        from core.codecs import openai
+
+        body = openai.error_body(exc)
+    else:
+        body = exc.to_body()
     return Response(exc.http_status, body, headers)
 
 

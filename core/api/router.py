@@ -19,7 +19,7 @@ from core.api.messages import (
     json_response,
     not_ready,
 )
-from core.codecs import documents, kserve_rest, openai, tfs_rest
+from core.codecs import documents, kserve_rest, tfs_rest
 from core.codecs.json import dumps
 from core.config import Settings
 from core.cors import Cors
@@ -229,18 +229,28 @@ class App:
         return Response(200, body, headers)
 
     def _openai_embeddings(self, req: Request, m: re.Match[str]) -> Response:
+        from core.codecs import openai  # loaded by the first OpenAI call, not at start
+
         return json_response(self.plane.embeddings(openai.EmbeddingsCall(req.body)))
 
     def _openai_rerank(self, req: Request, m: re.Match[str]) -> Response:
+        from core.codecs import openai
+
         return json_response(self.plane.rerank(openai.RerankCall(req.body)))
 
     def _openai_tokenize(self, req: Request, m: re.Match[str]) -> Response:
+        from core.codecs import openai
+
         return json_response(self.plane.tokenize(openai.TokenizeCall(req.body)))
 
     def _openai_models(self, req: Request, m: re.Match[str]) -> Response:
+        from core.codecs import openai
+
         return json_response(openai.model_list(self.plane.listed_models(), int(time.time())))
 
     def _openai_model(self, req: Request, m: re.Match[str]) -> Response:
+        from core.codecs import openai
+
         name = self.plane.listed_model(m["name"])
         return json_response(openai.model_info(name, int(time.time())))
 

@@ -378,3 +378,27 @@ def test_concurrent_requests_each_get_their_own_answer(zoo: Zoo, zoo_server: Run
     for batch, got in zip(batches, answers, strict=True):
         expected = reference(zoo.classifier_dyn, {"input": batch})["probabilities"]
         assert np.allclose(got, expected, rtol=1e-5)
+
+
+def test_the_openai_wire_loads_with_the_first_openai_call_not_at_start() -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = (
+        "import json, sys\n"
+        "from core.api import App, make_request\n"
+        "from core.config import Settings\n"
+        "from core.serving.registry import ModelManager\n"
+        "app = App(ModelManager(Settings()), Settings())\n"
+        "before = 'core.codecs.openai' in sys.modules\n"
+        "answer = app.handle(make_request('GET', '/v3/models', b''))\n"
+        "print(json.dumps([before, 'core.codecs.openai' in sys.modules, answer.status]))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == [False, True, 200]
