@@ -129,9 +129,8 @@ def _ranged(
         try:
             for index, (start, part) in enumerate(zip(starts, parts, strict=True)):
                 end = min(start + ranges.size, obj.size)
-                hashed = start
-                if check is not None:  # follow the range's bytes onto the disk as they come
-                    hashed = _follow(fd, start, index, part, written, check)
+                # with a check, follow the range's bytes onto the disk as they come
+                hashed = start if check is None else _follow(fd, start, index, part, written, check)
                 got.append(part.result())
                 if index == 0:
                     named = ranges.named(side()) or digest(got[0].answer)
