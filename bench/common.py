@@ -58,10 +58,11 @@ def process(
     ready: Callable[[], bool],
     timeout: float = 120,
     log: Path | None = None,
+    cwd: Path = REPO,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run `cmd` until `ready()` answers True; terminate it (and wait) on exit."""
+    """Run `cmd` (in `cwd`) until `ready()` answers True; terminate it (and wait) on exit."""
     out = log.open("ab") if log else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=out, stderr=out, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=out, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
         while not ready():

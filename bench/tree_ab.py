@@ -17,9 +17,7 @@ import argparse
 import compileall
 import os
 import statistics
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +34,7 @@ from bench.common import (
     many_clients,
     one_client,
     ov_serve_cmd,
+    process,
     save,
     workdir,
 )
@@ -52,23 +51,9 @@ def serving(tree: Path, config: Path, cache: Path) -> Iterator[tuple[int, int]]:
     rest, grpc = free_port(), free_port()
     env = base_env(OVS_CACHE_DIR=str(cache), OVS_CONCURRENT="0")
     env["PYTHONPATH"] = str(tree)
-    proc = subprocess.Popen(
-        ov_serve_cmd(config, rest, grpc),
-        cwd=tree,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while not http_ok(rest, "/v2/health/ready"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"serve from {tree} did not start")
-            time.sleep(0.05)
+    ready = lambda: http_ok(rest, "/v2/health/ready")  # noqa: E731
+    with process(ov_serve_cmd(config, rest, grpc), env, ready, timeout=180, cwd=tree):
         yield rest, grpc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 def warm_round(tree: Path, config: Path, cache: Path, inputs: dict[str, Any]) -> dict[str, float]:
