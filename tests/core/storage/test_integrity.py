@@ -223,6 +223,15 @@ def _put_big(store: Store, key: str, data: bytes, upload: str) -> None:
     client.upload_fileobj(io.BytesIO(data), store.bucket, key, Config=config)
 
 
+def _big_version(store: Store, upload: str) -> bytes:
+    """Version 1 of model `m` with a model.bin read in ranges, uploaded as `upload` says; ->
+    its bytes."""
+    data = os.urandom(BIG)
+    store.put("m/1/model.xml", b"<net/>")
+    _put_big(store, "m/1/model.bin", data, upload)
+    return data
+
+
 NOT_VERIFIED = "not verified"
 PARTS = download.PART_BYTES >> 20  # the ranges' size, MiB
 RANGED = [  # scheme, upload, the digest a flipped byte fails
@@ -248,9 +257,7 @@ def test_a_big_file_in_ranges_is_verified_and_one_flipped_byte_in_one_range_is_r
     tmp_path: Path,
 ) -> None:
     store = use_store_env(monkeypatch, emulators[scheme], scheme)
-    data = os.urandom(BIG)
-    store.put("m/1/model.xml", b"<net/>")
-    _put_big(store, "m/1/model.bin", data, upload)
+    data = _big_version(store, upload)
     good = OneByteFront(store.emulator.port)
     bad = OneByteFront(store.emulator.port, at=download.PART_BYTES + 12345)
     try:
@@ -297,9 +304,7 @@ def test_a_big_file_whose_service_names_no_checksum_of_its_ranges_still_download
     tmp_path: Path,
 ) -> None:
     store = use_store_env(monkeypatch, emulators[scheme], scheme)
-    data = os.urandom(BIG)
-    store.put("m/1/model.xml", b"<net/>")
-    _put_big(store, "m/1/model.bin", data, upload)
+    data = _big_version(store, upload)
     front = OneByteFront(store.emulator.port, plain=plain)
     try:
         with caplog.at_level(logging.DEBUG, logger="ov_serverless.storage"):
@@ -347,9 +352,7 @@ def test_a_range_retried_after_a_corrupt_start_still_verifies(
     tmp_path: Path,
 ) -> None:
     store = use_store_env(monkeypatch, emulators[scheme], scheme)
-    data = os.urandom(BIG)
-    store.put("m/1/model.xml", b"<net/>")
-    _put_big(store, "m/1/model.bin", data, upload)
+    data = _big_version(store, upload)
     front = DropOnceFront(store.emulator.port, at=download.PART_BYTES + 100, delay=1.0)
     try:
         url = _through(front, store, monkeypatch)
