@@ -9,7 +9,8 @@ batch then runs on a worker thread, and each caller gets its own rows back. Whil
 InferRequest is busy, requests queue up, so batches grow with load and stay at one request
 when the host is idle (the window is then the whole cost: keep it well under an inference).
 
-Adaptive execution uses the same batcher, with no window and GATHER rows, for a version
+With no window, a request that finds no other waiting and an InferRequest free runs at once
+on its caller's thread. Adaptive execution uses the batcher so, with GATHER rows, for a version
 compiled gathered (core.runtime.adaptive): a request alone runs at once as a batch of 1, and
 requests that arrive while an inference runs wait for it and run next, together.
 """
@@ -87,10 +88,33 @@ class Batcher:
         rows = {len(array) for array in feed.values()}
         if len(rows) != 1 or not rows.issubset(range(1, self.config.max_batch_size + 1)):
             return self._alone(feed)
+        if self.config.window_us == 0 and self._waiting == 0:
+            request = self._free()
+            if request is not None:  # nothing to wait for, nobody to gather: run it here
+                return self._at_once(request, feed, rows.pop())
         item = _Item(feed, rows.pop(), batch_key(feed))
         self._count_waiting(1)
         self._pending.put(item)
         return item.done.result()
+
+    def _free(self) -> Any:
+        """A free InferRequest, or None."""
+        try:
+            return self._pool.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _at_once(self, request: Any, feed: Feed, rows: int) -> Outputs:
+        """A request that found no other waiting and an InferRequest free (no window) runs on
+        its caller's thread, saving two thread hand-offs (~0.1 ms); requests arriving
+        meanwhile queue and run next, together."""
+        self._on_wait(0.0)
+        self._on_batch(rows)
+        self._on_run(1)
+        try:
+            return self._run(request, feed)
+        finally:
+            self._pool.put(request)
 
     @property
     def waiting(self) -> int:
