@@ -232,9 +232,12 @@ TABLE: tuple[Setting, ...] = (
         "concurrent",
         BOOL,
         "many requests at once: adaptive execution for models whose "
-        "plugin_config sets no PERFORMANCE_HINT / NUM_STREAMS (a LATENCY compile for a request "
-        "alone in flight, a THROUGHPUT one made in the background for requests among others; "
-        "`ov_serverless_variant_requests` counts each), compiled blobs for such hosts",
+        "plugin_config sets no PERFORMANCE_HINT / NUM_STREAMS (a model whose inputs take one "
+        "row: one LATENCY compile taking 1-4 rows, a request alone runs at once and requests "
+        "that arrive during an inference run next as one batch; other models: a LATENCY "
+        "compile for a request alone in flight, a THROUGHPUT one made in the background for "
+        "requests among others; `ov_serverless_variant_requests` counts each), compiled "
+        "blobs for such hosts",
         flag="--concurrent",
         env="OVS_CONCURRENT",
         default=False,

@@ -62,8 +62,9 @@ AUTO_RELOADS = Counter(
 )
 VARIANT_REQUESTS = Counter(
     "ov_serverless_variant_requests",
-    "Inferences per compiled variant of a version (latency / throughput "
-    "when it adapts to the requests in flight, fixed otherwise)",
+    "Requests per variant of a version: latency (alone in flight) and throughput (among "
+    "others) or batched (gathered with others into one inference) when it adapts to the "
+    "requests in flight, fixed otherwise",
     ("name", "version", "variant"),
 )
 COLD_START = Gauge(

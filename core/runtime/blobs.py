@@ -24,6 +24,10 @@ back to a compile):
      weights) out, and only the one with this host's key is downloaded, now
      (VersionFiles.blob, core.storage); the weights follow only if no blob imports
 Import reads the blob through a copy-on-write memory map (no read into Python bytes).
+A concurrent host's gathered compile (one compile taking 1..4 rows, core.runtime.adaptive)
+writes its blob under the plain key `extended` by ("gathered", 4), and only once its rows were
+checked independent; a load looks that key up first, then the plain one, so that a gathered
+blob imports as gathered without the model being read, and a plain blob never does.
 
 Measured on the 2-core bench machine (bench/run.py), OpenVINO 2026.4, ResNet-50-sized FP16
 IR: compile 0.11 s, blob import 0.07 s. OpenVINO's own CACHE_DIR hit is as fast, but its
@@ -128,6 +132,15 @@ def key(
             path = local[rel]
             digest.update(f"\0{rel}\0{path.stat().st_size}".encode())
             _sample(digest, path, whole=path.suffix in GRAPH_SUFFIXES)
+    return digest.hexdigest()
+
+
+def extended(name: str, extras: Iterable[object]) -> str:
+    """The key of a compile that differs from the one keyed `name` by `extras` (a gathered
+    compile: core.runtime.adaptive), without hashing the version's files again."""
+    digest = hashlib.blake2b(name.encode(), digest_size=16)
+    for extra in extras:
+        digest.update(f"\0{extra!r}".encode())
     return digest.hexdigest()
 
 

@@ -7,6 +7,7 @@ and the serving of requests.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -90,6 +91,9 @@ class CompiledVersion:
         self._second: Variant | None = None
         self._second_lock = threading.Lock()
         self._adapts = False
+        # compiled once taking 1..GATHER rows, requests gathered (core.runtime.adaptive)
+        self.gathered = False
+        self._rows_verdict: str | None = None  # adaptive.interaction's, once checked
         self._variant_args: tuple[str, dict[str, Any]] = ("", {})  # device, latency properties
         self._batcher: Batcher | None = None
         self._inflight = 0  # requests running on it (ModelVersion.serving)
@@ -104,6 +108,8 @@ class CompiledVersion:
     def _compile(self) -> tuple[ov.Model | None, Aliases]:
         """Import the version's compiled blob if one has its key, else read and compile; the
         served signature comes from the compiled model either way (a blob needs no weights).
+        An adaptive version whose model can be gathered compiles once, taking 1..GATHER rows
+        (core.runtime.adaptive); its blob has its own key, looked up first.
         -> the model read (None when a blob imported) and the served names, for a second
         variant's compile."""
         path = self.model_file = self._model_path()
@@ -119,7 +125,11 @@ class CompiledVersion:
         if self._adapts:
             properties = adaptive.hinted(properties, adaptive.LATENCY)
         self.blob_key = self._blob_name(core, device, properties)
-        found = self.blobs.find(self.blob_key, self.files) if self.blob_key else None
+        may_gather = self._may_gather()
+        gathered_key = ""
+        if may_gather and self.blob_key:
+            gathered_key = blobs.extended(self.blob_key, adaptive.GATHER_KEY)
+        found = self._find_blob(gathered_key)
         started = time.perf_counter()  # after find: a blob's download is a storage timing
         imported = blobs.load(core, found, device, properties) if found else None
         self.timings["blob_hit"] = float(imported is not None)
@@ -129,16 +139,35 @@ class CompiledVersion:
             self._compiled, self._blob = imported
         else:
             model = self._read(path, aliases)
+            self.gathered = may_gather and adaptive.gather(model)
             started = time.perf_counter()
             self._compiled = core.compile_model(model, device, properties)
-            if self.blob_key:
+            if self.blob_key and not self.gathered:  # a gathered one once its rows are checked
                 self.blobs.save_later(
                     self._compiled, self.blob_key, self._export_gate, self._retiring
                 )
+        if self.gathered:
+            self.blob_key = gathered_key
         self.timings["compile_s"] = time.perf_counter() - started
         self._describe(self._compiled, aliases)
         self._variant_args = (device, properties)
         return model, aliases
+
+    def _find_blob(self, gathered_key: str) -> Path | None:
+        """The blob to import: a gathered compile's first (then the version is gathered),
+        else the plain one; None when neither is found."""
+        found = self.blobs.find(gathered_key, self.files) if gathered_key else None
+        self.gathered = found is not None
+        if found is None and self.blob_key:
+            found = self.blobs.find(self.blob_key, self.files)
+        return found
+
+    def _may_gather(self) -> bool:
+        """Can this version compile gathered? It adapts, and its config sets no shape, batch
+        size or layout (they keep their OVMS meaning); whether the model itself can is known
+        once it is read (adaptive.gather)."""
+        c = self.config
+        return self._adapts and c.shape is None and c.batch_size is None and c.layout is None
 
     def _retiring(self) -> bool:
         return self.status.state >= State.UNLOADING
@@ -201,17 +230,25 @@ class CompiledVersion:
         """Hook for subclasses (stateful models) to transform the read model."""
 
     def _describe(self, compiled: ov.CompiledModel, aliases: Aliases) -> None:
+        """The served signature; a gathered compile's dim 0 (1..GATHER) is served as the
+        model's own 1: requests gather on the server, never in one client's request."""
         for port in compiled.inputs:
             real = port_name(port)
             served = aliases.inputs.get(real, real)
             self._input_ports[served] = real
-            self.inputs[served] = spec(served, port)
+            self.inputs[served] = self._served_spec(served, port)
         self.model_inputs = dict(self.inputs)
         for port in compiled.outputs:
             real = port_name(port)
             served = aliases.outputs.get(real, real)
             self._output_names.append(served)
-            self.outputs[served] = spec(served, port)
+            self.outputs[served] = self._served_spec(served, port)
+
+    def _served_spec(self, served: str, port: ov.Output) -> TensorSpec:
+        described = spec(served, port)
+        if not self.gathered:
+            return described
+        return dataclasses.replace(described, dims=((1, 1), *described.dims[1:]))
 
     def _second_args(self) -> tuple[str, dict[str, Any]]:
         """The throughput variant's device and compile properties."""
@@ -229,10 +266,10 @@ class CompiledVersion:
         """The throughput variant: the latency variant's blob imported again with its own hint
         when that variant came from a blob (one mapping: its pages are resident once, and one
         blob serves both), else a compile of the version's model (the one the first variant
-        compiled, or read again)."""
+        compiled, or read again; a gathered model whose rows interact comes static)."""
         first = self._first
         blob = first.blob if first is not None else None
-        if blob is not None:
+        if blob is not None and not self.gathered:  # a gathered blob takes 1..GATHER rows
             compiled = blobs.reimport(core, blob, device, properties, self.blob_key)
             if compiled is not None:
                 return compiled, blob

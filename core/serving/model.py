@@ -155,9 +155,7 @@ class ModelVersion(PooledVersion):
     def _run(self, feed: dict[str, np.ndarray], call: Call | None = None) -> dict[str, np.ndarray]:
         """Run `feed` on the InferRequest `call` takes (by default one of the pool), timing
         the wait for it and counting the request on its variant, whatever the model."""
-        if self._batcher is not None:
-            if self._first is not None:
-                self._first.served.inc()
+        if self._batcher is not None:  # it counts each request on its variant
             return self._batcher.infer(feed)
         call = call or Call(self, {})
         waited = time.perf_counter()

@@ -1,11 +1,13 @@
 """The InferRequests a compiled version serves from: a pool per compiled variant (the
 throughput variant of an adaptive version compiled in the background, core.runtime.adaptive),
-the dynamic batcher, and one inference on a borrowed request with its metrics and errors."""
+the batcher (dynamic batching, or a gathered version's requests once its rows were checked
+independent), and one inference on a borrowed request with its metrics and errors."""
 
 from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +36,16 @@ class PooledVersion(CompiledVersion):
         self._fill_pool()
         if self.config.dynamic_batching is not None:
             self._start_batching(self.config.dynamic_batching)
-        if self._adapts:
+        if self.gathered:
+            self._gather_later(model, aliases)
+        elif self._adapts:
             self._second_later(model, aliases)
 
     def _fill_pool(self) -> None:
         """The first variant's InferRequests (every request's, unless the version adapts)."""
         assert self._compiled is not None
-        self._pool = self._make_pool(self._compiled, lone=self._adapts)
+        size = adaptive.GATHER_REQUESTS if self.gathered else 1
+        self._pool = self._make_pool(self._compiled, size if self._adapts else None)
         kind = adaptive.LATENCY if self._adapts else adaptive.FIXED
         self._first = Variant(kind, self._compiled, self._pool, self._served(kind), self._blob)
         labels = (self.name, str(self.version))
@@ -50,15 +55,16 @@ class PooledVersion(CompiledVersion):
         metrics.STREAMS.labels(*labels).set(streams(self._compiled))
 
     def _make_pool(
-        self, compiled: ov.CompiledModel, lone: bool = False
+        self, compiled: ov.CompiledModel, fixed: int | None = None
     ) -> queue.Queue[ov.InferRequest]:
         """nireq InferRequests; by default OpenVINO's optimal number, and on a concurrent host
         at least two per stream, so a stream has the next request queued when one ends. The
-        latency variant of an adaptive version (`lone`) only runs a request that is alone in
-        flight: one InferRequest (each holds its own activation buffers)."""
+        latency variant of an adaptive version takes a `fixed` number: 1 when it only runs a
+        request alone in flight (each InferRequest holds its own activation buffers),
+        adaptive.GATHER_REQUESTS when it runs gathered requests too."""
         size = self.config.nireq or int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
-        if lone:
-            size = 1
+        if fixed is not None:
+            size = fixed
         elif not self.config.nireq:
             size = max(size, self.host.pool_floor(streams(compiled)))
         pool: queue.Queue[ov.InferRequest] = queue.Queue()
@@ -80,15 +86,91 @@ class PooledVersion(CompiledVersion):
                 f"dynamic_batching needs a dynamic dim 0 on every input and output (set "
                 f"batch_size: -1 or a shape); fixed: {', '.join(fixed)}"
             )
+        first = self.first_variant()
+        self._batcher = self._new_batcher(config, lambda callers: first.served.inc(callers))
+
+    def _new_batcher(
+        self, config: BatchingConfig, on_run: Callable[[int], None], workers: int = 0
+    ) -> Batcher:
+        """A batcher on the first variant's pool; `on_run` counts the callers of each run."""
         rows = metrics.BATCH_SIZE.labels(self.name, str(self.version))
-        self._batcher = Batcher(
+        return Batcher(
             config,
             self._pool,
             self._infer_on,
             self.name,
             lambda seconds: self._wait_metric.observe(seconds * 1e6),
             rows.observe,
+            on_run,
+            workers,
         )
+
+    def _gather_later(self, model: ov.Model | None, aliases: Aliases) -> None:
+        """Check once, in the background slot of a second compile (after the first answer),
+        that a gathered version's rows do not interact; then gather requests, or, if they
+        do, compile the throughput variant as for a model that cannot be gathered."""
+        adaptive.compile_later(
+            self._export_gate,
+            lambda: self._gather_or_second(model, aliases),
+            f"gather-{self.name}-{self.version}",
+        )
+
+    def _gather_or_second(self, model: ov.Model | None, aliases: Aliases) -> None:
+        why = self._rows_interact()
+        if why is None:  # retired before the check
+            return
+        if not why:
+            self._start_gathering()
+            return
+        log.warning(
+            "Version %d of model %s: rows of one inference interact (%s); requests are not "
+            "gathered, a throughput variant serves requests among others",
+            self.version,
+            self.name,
+            why,
+        )
+        self._compile_second(adaptive.ungather(model) if model is not None else None, aliases)
+
+    def _rows_interact(self) -> str | None:
+        """Why a gathered version's rows interact, "" when they do not (checked once, on an
+        InferRequest borrowed from its pool); None when it was retired before the check."""
+        with self._second_lock:
+            first = self._first
+            if self._rows_verdict is None and first is not None and not self._retiring():
+                request = first.pool.get()
+                try:
+                    self._rows_verdict = adaptive.interaction(request, first.compiled)
+                except (RuntimeError, ValueError, TypeError) as exc:
+                    self._rows_verdict = f"the check could not run: {ov_cause(exc)}"
+                finally:
+                    first.pool.put(request)
+            return self._rows_verdict
+
+    def _start_gathering(self) -> None:
+        """Route every request through a batcher with no window on the one compile's pool:
+        alone it runs at once as a batch of 1, counted "latency"; arrived while an inference
+        runs, it runs next with the others, counted "batched". Then write the gathered blob."""
+        first = self._first
+        if first is None:
+            return
+        gathered = Variant(
+            adaptive.BATCHED, first.compiled, first.pool, self._served(adaptive.BATCHED), first.blob
+        )
+
+        def count(callers: int) -> None:
+            (first.served if callers == 1 else gathered.served).inc(callers)
+
+        config = BatchingConfig(adaptive.GATHER, 0)
+        batcher = self._new_batcher(config, count, adaptive.GATHER_REQUESTS)
+        with self._idle:
+            serving = self._first is first and not self._retiring()
+            if serving:
+                self._second, self._batcher = gathered, batcher
+        if not serving:  # retired meanwhile
+            batcher.close()
+            return
+        if self.blob_key:
+            self.blobs.save_later(first.compiled, self.blob_key, None, self._retiring)
 
     def _second_later(self, model: ov.Model | None, aliases: Aliases) -> None:
         """Compile the throughput variant on a background thread once the first request has
@@ -136,6 +218,13 @@ class PooledVersion(CompiledVersion):
             metrics.INFER_REQ_QUEUE_SIZE.labels(*labels).inc(second.pool.qsize())
             metrics.STREAMS.labels(*labels).set(max(streams(compiled), streams(first.compiled)))
 
+    def export_blob(self, folder: Path) -> Path | None:
+        """As CompiledVersion.export_blob; a gathered version's only once its rows are checked
+        independent (checked now if need be): a blob that imports gathered must serve so."""
+        if self.gathered and self._rows_interact() != "":
+            return None
+        return super().export_blob(folder)
+
     def export_blobs(self, folder: Path) -> list[Path]:
         """export_blob as a list: an adaptive version's throughput variant imports the same
         blob with its own hint, so one blob serves both variants."""
@@ -159,8 +248,9 @@ class PooledVersion(CompiledVersion):
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """The compiled variants serving now: ("fixed",), ("latency",) or ("latency",
-        "throughput")."""
+        """The compiled variants serving now: ("fixed",), ("latency",), ("latency",
+        "throughput"), or, for a gathered version (one compile) once its rows were checked
+        independent, ("latency", "batched")."""
         return tuple(v.kind for v in (self._first, self._second) if v is not None)
 
     def _infer_on(

@@ -14,7 +14,7 @@ import pytest
 from core.api import App, make_request
 from core.config import Settings
 from core.serving.registry import ModelManager
-from demo.models import write_demo_repository
+from demo.models import classifier, save, write_demo_repository
 from handlers import cli
 from tests.reload.helpers import wait_for
 
@@ -144,3 +144,31 @@ def test_an_out_folder_that_cannot_be_written_is_a_clear_error(
         .err.strip()
         .endswith(f"cannot write the blobs to {tmp_path / 'file' / 'blobs'}: Not a directory")
     )
+
+
+def test_a_model_whose_inputs_take_one_row_exports_the_blob_a_concurrent_host_imports_gathered(
+    tmp_path: Path,
+) -> None:
+    """With --concurrent such a model compiles once, gathered (core.runtime.adaptive): the
+    export checks its rows first and writes the gathered blob, which a concurrent server
+    imports gathered (no read, dim 0 of 1 served) and a one-request server never finds."""
+    root = tmp_path / "models"
+    save(classifier(seed=0, batch=1), root / "one-row" / "1")
+    config = root / "config.json"
+    config.write_text(
+        json.dumps({"model_config_list": [{"config": {"name": "one-row", "base_path": "one-row"}}]})
+    )
+    assert _export(config, tmp_path / "many", "--concurrent") == 0
+    assert _export(config, tmp_path / "one") == 0
+    many = {p.name for p in (tmp_path / "many").glob("*.blob")}
+    one = {p.name for p in (tmp_path / "one").glob("*.blob")}
+    assert len(many) == len(one) == 1 and many != one
+    concurrent = _start(config, tmp_path / "c1", tmp_path / "many", concurrent=True)
+    version = concurrent.manager.models["one-row"].versions[1]
+    assert version.gathered and version.timings["blob_hit"] == 1.0
+    assert version.timings["read_s"] == 0.0
+    assert version.inputs["input"].dims[0] == (1, 1)
+    single = _start(config, tmp_path / "c2", tmp_path / "many")
+    assert _hits(single) == {"one-row": 0.0}  # a one-request host keeps its static compile
+    for app in (concurrent, single):
+        app.manager.models["one-row"].versions[1].retire(grace=0)

@@ -1,9 +1,10 @@
-"""Adaptive execution (core.runtime.adaptive): on a concurrent host an untuned version serves a lone
-request on its LATENCY-compiled variant and requests among others on its THROUGHPUT variant
-(compiled in the background after the first answer); an explicit hint, a one-request host, a
-stateful or dynamically batched model keep one compile; reloads and retirements keep both
-variants consistent; both give the same answers. Routing is observed through the
-ov_serverless_variant_requests metric."""
+"""Adaptive execution (core.runtime.adaptive), two-compile scheme: on a concurrent host an untuned
+version whose model cannot be gathered (here a classifier whose output is averaged over dim 0;
+gathered versions: test_adaptive_gathered.py) serves a lone request on its LATENCY-compiled
+variant and requests among others on its THROUGHPUT variant (compiled in the background after
+the first answer); an explicit hint, a one-request host, a stateful or dynamically batched model
+keep one compile; reloads and retirements keep both variants consistent; both give the same
+answers. Routing is observed through the ov_serverless_variant_requests metric."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import openvino as ov
 import pytest
+from openvino import opset13 as ops
 
 from core import metrics
 from core.config import Settings, parse_model_config
@@ -23,7 +26,7 @@ from core.serving.model import ModelVersion
 from core.serving.servable import State
 from core.serving.stateful import StatefulModelVersion
 from demo.models import save, scaler
-from tests.core.helpers import classifier, image_input, save_ir
+from tests.core.helpers import CLASSES, classifier, image_input, save_ir
 from tests.reload.helpers import (
     app_sender,
     put_version,
@@ -81,10 +84,28 @@ def run(version: ModelVersion, seed: int = 0) -> np.ndarray:
     return version.infer({"input": image_input(seed)})["probabilities"]
 
 
+def folded_classifier(seed: int = 0) -> ov.Model:
+    """The test classifier (input [1,3,224,224] -> probabilities [1,1000]) with its answer
+    averaged over dim 0 (kept): the same answer for its one row, but an output whose dim 0
+    stays 1 whatever the input's, so it cannot be gathered. (A batch of 1 baked into a Reshape
+    would not do: OpenVINO's reshape rewrites such a Reshape to follow the input's batch.)"""
+    rng = np.random.default_rng(seed)
+    data = ops.parameter([1, 3, 224, 224], np.float32, name="input")
+    data.output(0).set_names({"input"})
+    kernel = ops.constant(rng.normal(0, 0.1, (16, 3, 3, 3)).astype(np.float32))
+    conv = ops.convolution(data, kernel, [2, 2], [1, 1], [1, 1], [1, 1])
+    pooled = ops.reduce_mean(ops.relu(conv), ops.constant(np.array([2, 3], np.int64)), False)
+    weights = ops.constant(rng.normal(0, 0.5, (16, CLASSES)).astype(np.float32))
+    probs = ops.softmax(ops.matmul(pooled, weights, False, False), 1)
+    folded = ops.reduce_mean(probs, ops.constant(np.array([0], np.int64)), True)
+    folded.output(0).set_names({"probabilities"})
+    return ov.Model([folded], [data], "folded")
+
+
 @pytest.fixture
 def model_folder(tmp_path: Path) -> Path:
     folder = tmp_path / "clf" / "1"
-    save_ir(classifier(), folder)
+    save_ir(folded_classifier(), folder)
     return folder
 
 
@@ -299,3 +320,26 @@ def test_a_blob_the_throughput_hint_cannot_import_leaves_a_compiled_throughput_v
     assert hint(imported, 1) == "THROUGHPUT"
     with imported.serving():
         np.testing.assert_allclose(run(imported), lone, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["batch-2", "any-batch", "folded"])
+def test_a_model_that_cannot_be_gathered_keeps_two_compiles(tmp_path: Path, kind: str) -> None:
+    """Dim 0 of 2, a dynamic dim 0, or an output whose dim 0 does not follow the input's: no
+    gathered compile, the throughput variant serves requests among others, with the lone
+    request's answers."""
+    model = {
+        "batch-2": classifier(batch=2),
+        "any-batch": classifier(batch=None),
+        "folded": folded_classifier(),
+    }[kind]
+    save_ir(model, tmp_path / kind / "1")
+    name = f"ad-not-gathered-{kind}"
+    version = load(tmp_path / kind / "1", name)
+    assert not version.gathered
+    x = {"input": image_input(3, batch=2 if kind == "batch-2" else 1)}
+    lone = version.infer(x)["probabilities"]
+    both_variants(version)
+    with version.serving():
+        crowded = version.infer(x)["probabilities"]
+    np.testing.assert_allclose(crowded, lone, rtol=1e-5, atol=1e-6)
+    assert (served(name, 1, "throughput"), served(name, 1, "batched")) == (1, 0)

@@ -5,7 +5,9 @@ does not make the version look changed."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,9 @@ from core.api import App
 from core.config import Settings
 from core.serving.model import ModelVersion
 from core.storage import BLOB_FOLDER, bucket, open_repository
+from demo import models
 from tests.core.storage.helpers import Store
-from tests.core.storage.serving import call, predict, put_scaler, scaled, start_app
+from tests.core.storage.serving import FILES, call, predict, put_scaler, scaled, start_app
 
 PREFIX = "repo/scaler"
 
@@ -231,3 +234,29 @@ def test_export_blobs_per_version_says_where_each_blob_goes_in_the_bucket(
     assert version.timings["blob_hit"] == 1.0
     assert not (version.folder / "model.bin").exists()
     assert predict(app, version=1) == (200, scaled(1))
+
+
+def test_a_concurrent_host_finds_the_gathered_blob_before_the_plain_one(
+    store: Store, tmp_path: Path
+) -> None:
+    """A model whose input takes one row compiles gathered on a concurrent host
+    (core.runtime.adaptive). With its blob and a one-request host's plain blob both in the
+    bucket, a new concurrent instance downloads and imports the gathered one only."""
+    with tempfile.TemporaryDirectory() as tmp:
+        models.save(models.scaler(3.0, (1, 4)), Path(tmp))
+        for name in FILES:
+            store.put(f"{PREFIX}/1/{name}", Path(tmp, name).read_bytes())
+    concurrent = dataclasses.replace(_settings(store, tmp_path / "first"), concurrent=True)
+    first = _only_version(start_app(concurrent))
+    single = _only_version(start_app(_settings(store, tmp_path / "single")))
+    assert first.gathered and not single.gathered
+    gathered = _upload_blob(store, first, tmp_path / "export")
+    _upload_blob(store, single, tmp_path / "export")
+
+    app = start_app(dataclasses.replace(concurrent, cache_dir=str(tmp_path / "second")))
+    second = _only_version(app)
+    assert second.gathered and second.timings["blob_hit"] == 1.0
+    assert [p.name for p in (second.folder / BLOB_FOLDER).iterdir()] == [Path(gathered).name]
+    assert predict(app, version=1) == (200, scaled(3))
+    for version in (first, single, second):
+        version.retire(grace=0)
