@@ -44,6 +44,9 @@ class Settings:
     # picks the compile defaults (THROUGHPUT streams vs LATENCY) and whether compiled blobs
     # are written back. `serve` sets it; OVS_CONCURRENT=0/1 overrides.
     concurrent: bool = False
+    # a concurrent host gathers a one-row model's requests on one compile (OVS_GATHER=0: two
+    # compiles, LATENCY and THROUGHPUT; core.runtime.adaptive)
+    gather: bool = True
     compiled_cache: tuple[str, ...] = ()  # read-only compiled-blob folders (OVS_COMPILED_CACHE)
     # Write compiled blobs to <cache_dir>/blobs (OVS_EXPORT_BLOBS=0/1); None: when concurrent,
     # except on Cloud Run (K_SERVICE), whose filesystem is memory: a blob there costs the
@@ -95,6 +98,7 @@ class Settings:
             reload_interval=values["reload_interval"],
             log_level=values["log_level"].upper(),
             concurrent=values["concurrent"],
+            gather=values["gather"],
             compiled_cache=values["compiled_cache"],
             export_blobs=_export_blobs(values["export_blobs"], env),
             metrics=metrics_from_flags(values["metrics_enable"], values["metrics_list"]),

@@ -245,6 +245,18 @@ TABLE: tuple[Setting, ...] = (
         commands=("export-blobs",),
     ),
     Setting(
+        "gather",
+        BOOL,
+        "on a concurrent host, compile an untuned model whose inputs take one row once and "
+        "gather the requests that arrive during an inference into the next one (false: two "
+        "compiles, LATENCY and THROUGHPUT: a few percent more throughput for a crowd, for a "
+        "second copy of the weights in memory; bench/RESULTS.md)",
+        flag="--gather",
+        env="OVS_GATHER",
+        default=True,
+        commands=MODEL,
+    ),
+    Setting(
         "compiled_cache",
         FOLDERS,
         "read-only folders of exported compiled blobs (a baked image)",

@@ -32,6 +32,12 @@ OpenVINO's CPU plugin shares no weights between compiled models, so the second c
 about one more copy of the weights (1.25x the FP16 weights on the ResNet-50-sized bench model,
 bench/RESULTS.md), which the gathered design avoids (0.23x).
 
+The trade between them, measured on 2 cores (bench/RESULTS.md): a gathered crowd runs at
+0.93x the faster raw queue on a quiet host (a THROUGHPUT compile: 0.97x), its one two-thread
+inference more easily slowed by the request threads and other work on the cores than two
+one-thread streams are. A host that would rather pay the second copy of the weights for that
+sets OVS_GATHER=0 (`--gather false`, Host.gather): every untuned model then takes two compiles.
+
 An explicit hint or stream count keeps its OVMS meaning: one compile, no adaptation.
 One-request-per-instance hosts (Lambda) keep a static LATENCY compile only; stateful models and
 dynamically batched models keep one variant (a sequence lives on one InferRequest; the batcher

@@ -14,12 +14,13 @@ SEQUENCE_IDLE_S = 300.0  # OVMS's --sequence_cleaner_poll_wait_minutes default, 
 class Host:
     concurrent: bool = False  # many requests at once vs one per instance
     sequence_idle_s: float = SEQUENCE_IDLE_S  # a stateful sequence idle this long is dropped
+    gather: bool = True  # adaptive execution may gather a one-row model's requests on one compile
 
     @classmethod
-    def of(cls, concurrent: bool, sequence_cleaner_minutes: float) -> Host:
+    def of(cls, concurrent: bool, sequence_cleaner_minutes: float, gather: bool = True) -> Host:
         """From the settings; a cleaner period of 0 minutes keeps idle sequences forever."""
         minutes = sequence_cleaner_minutes
-        return cls(concurrent, minutes * 60 if minutes > 0 else math.inf)
+        return cls(concurrent, minutes * 60 if minutes > 0 else math.inf, gather)
 
     @property
     def adaptive(self) -> bool:

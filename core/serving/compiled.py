@@ -163,11 +163,12 @@ class CompiledVersion:
         return found
 
     def _may_gather(self) -> bool:
-        """Can this version compile gathered? It adapts, and its config sets no shape, batch
-        size or layout (they keep their OVMS meaning); whether the model itself can is known
-        once it is read (adaptive.gather)."""
+        """Can this version compile gathered? It adapts, its host gathers (OVS_GATHER), and
+        its config sets no shape, batch size or layout (they keep their OVMS meaning); whether
+        the model itself can is known once it is read (adaptive.gather)."""
         c = self.config
-        return self._adapts and c.shape is None and c.batch_size is None and c.layout is None
+        untouched = c.shape is None and c.batch_size is None and c.layout is None
+        return self._adapts and self.host.gather and untouched
 
     def _retiring(self) -> bool:
         return self.status.state >= State.UNLOADING

@@ -56,7 +56,7 @@ def blob_cache(settings: Settings) -> BlobCache:
 
 class ModelManager:
     def __init__(self, settings: Settings) -> None:
-        self.host = Host.of(settings.concurrent, settings.sequence_cleaner_minutes)
+        self.host = Host.of(settings.concurrent, settings.sequence_cleaner_minutes, settings.gather)
         self.blobs = blob_cache(settings)
         add_extension(settings.cpu_extension)
         self.settings = settings

@@ -26,6 +26,7 @@ from core.config import Settings
 from core.errors import InvalidInputError
 from core.runtime import adaptive, blobs
 from core.serving.model import ModelVersion
+from core.serving.registry import ModelManager
 from core.serving.servable import State
 from demo.models import save
 from tests.core.helpers import classifier, image_input, save_ir
@@ -207,6 +208,25 @@ def test_a_tuned_or_shaped_config_is_not_gathered(
     wanted = ("fixed",) if "plugin_config" in options else ("latency", "throughput")
     wait_for(lambda: version.variants == wanted, f"variants {wanted}", timeout_s=60)
     assert served(name, 1, "batched") == 0
+
+
+def test_a_host_told_not_to_gather_compiles_a_one_row_model_twice(model_folder: Path) -> None:
+    """OVS_GATHER=0 (`--gather false`): a concurrent host's manager gives the one-row
+    classifier the two-compile scheme (LATENCY alone, THROUGHPUT among others), and a
+    lone request still runs on the LATENCY compile."""
+    common = {"model_name": "g-off", "model_path": str(model_folder.parent)}
+    settings = Settings.from_env({"OVS_GATHER": "0"}, defaults={"concurrent": True, **common})
+    assert (settings.concurrent, settings.gather) == (True, False)
+    manager = ModelManager(settings)
+    manager.apply(settings.server_config())
+    version = manager.get("g-off")
+    assert isinstance(version, ModelVersion) and not version.gathered
+    assert version._compiled is not None
+    assert version._compiled.inputs[0].get_partial_shape().is_static
+    version.infer({"input": image_input(0)})
+    wanted = ("latency", "throughput")
+    wait_for(lambda: version.variants == wanted, f"variants {wanted}", timeout_s=60)
+    assert (served("g-off", 1, "latency"), served("g-off", 1, "batched")) == (1, 0)
 
 
 def rows_meet(kind: str) -> ov.Model:
