@@ -58,3 +58,11 @@ def _init_numpy_bindings() -> None:
     that stops answering when concurrent first predicts hit a model read from disk)."""
     ov.Type.f32.to_dtype()
     ov.Tensor(np.zeros(1, np.float32), shared_memory=True)
+
+
+def shares_inputs(compiled: ov.CompiledModel) -> bool:
+    """May an inference of `compiled` read the caller's arrays in place (share_inputs)? Only
+    when every input is static: OpenVINO 2026.4's CPU plugin crashes (SIGSEGV, within a few
+    dozen inferences) when a model with a dynamic input passes it straight to an output (an
+    echo, a Convert to the same type) and the input is shared, so such compiles copy it."""
+    return all(port.get_partial_shape().is_static for port in compiled.inputs)

@@ -83,6 +83,7 @@ class CompiledVersion:
         self._output_names: list[str] = []  # served names in model output order
         self.blob_key = ""  # set by the load; "" when the config disallows blobs
         self._compiled: ov.CompiledModel | None = None
+        self._share = True  # requests' arrays read in place (core.runtime.ov_core.shares_inputs)
         self._blob: np.memmap | None = None  # an imported blob's mapping, backing the weights
         self._pool: queue.Queue[ov.InferRequest] = queue.Queue()
         # the variant every request may run on (_compiled, _pool), and the throughput one of

@@ -21,7 +21,7 @@ from core.runtime import adaptive
 from core.runtime.adaptive import Variant
 from core.runtime.aliases import Aliases
 from core.runtime.batching import Batcher
-from core.runtime.ov_core import ov_core
+from core.runtime.ov_core import ov_core, shares_inputs
 from core.serving.compiled import CompiledVersion, inference_error, log, ov_cause, streams
 from core.serving.ports import dynamic, read_outputs
 
@@ -44,6 +44,7 @@ class PooledVersion(CompiledVersion):
     def _fill_pool(self) -> None:
         """The first variant's InferRequests (every request's, unless the version adapts)."""
         assert self._compiled is not None
+        self._share = shares_inputs(self._compiled)
         size = adaptive.GATHER_REQUESTS if self.gathered else 1
         self._pool = self._make_pool(self._compiled, size if self._adapts else None)
         kind = adaptive.LATENCY if self._adapts else adaptive.FIXED
@@ -258,7 +259,7 @@ class PooledVersion(CompiledVersion):
     ) -> dict[str, np.ndarray]:
         self._active_metric.inc()
         try:
-            results = request.infer(feed, share_inputs=True, share_outputs=False)
+            results = request.infer(feed, share_inputs=self._share, share_outputs=False)
         except RuntimeError as exc:
             raise inference_error(self.name, self.version, exc) from None
         finally:

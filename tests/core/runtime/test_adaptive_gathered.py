@@ -9,7 +9,10 @@ InferRequests while the clients' requests queue."""
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -227,6 +230,53 @@ def test_a_host_told_not_to_gather_compiles_a_one_row_model_twice(model_folder: 
     wanted = ("latency", "throughput")
     wait_for(lambda: version.variants == wanted, f"variants {wanted}", timeout_s=60)
     assert (served("g-off", 1, "latency"), served("g-off", 1, "batched")) == (1, 0)
+
+
+ECHO_SCRIPT = """
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tests.core.runtime.test_adaptive import load
+from tests.core.runtime.test_adaptive_gathered import at_once, checked
+
+version = load(Path(sys.argv[1]), "g-echo")
+assert version.gathered
+rng = np.random.default_rng(0)
+rows = [rng.random((1, 40, 60, 3), dtype=np.float32) for _ in range(4)]
+for step in range(60):
+    x = rows[step % 4]
+    assert np.array_equal(version.infer({"image": x})["pixels"], x), step
+    if step == 0:
+        checked(version)
+    if step % 10 == 0:
+        answers = at_once(version, [{"image": r} for r in rows])
+        assert all(np.array_equal(a["pixels"], r) for a, r in zip(answers, rows)), step
+print("echoed")
+"""
+
+
+def test_a_gathered_model_that_passes_its_input_through_serves_without_crashing(
+    tmp_path: Path,
+) -> None:
+    """An echo (a Convert to the input's own type) compiled with a dynamic dim 0: OpenVINO's
+    CPU plugin crashed the process within a few dozen requests when the request's array was
+    shared with the inference; gathered compiles copy it (core.runtime.ov_core)."""
+    image = ops.parameter([1, 40, 60, 3], np.float32, name="image")
+    image.output(0).set_names({"image"})
+    pixels = ops.convert(image, ov.Type.f32)
+    pixels.output(0).set_names({"pixels"})
+    folder = tmp_path / "echo" / "1"
+    save_ir(ov.Model([pixels], [image], "echo"), folder)
+    done = subprocess.run(
+        [sys.executable, "-c", ECHO_SCRIPT, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])},
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "echoed"), done.stderr[-2000:]
 
 
 def rows_meet(kind: str) -> ov.Model:
