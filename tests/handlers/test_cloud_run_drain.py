@@ -20,8 +20,13 @@ from tests.handlers.conftest import ROOT, Repo, free_port, kserve_binary, server
 from tests.test_infra import DOCKERFILES, image_config
 
 
-def _infer(base: str, x: np.ndarray) -> tuple[int, np.ndarray | None, float]:
+def _infer(
+    base: str, x: np.ndarray, sending: threading.Event | None = None
+) -> tuple[int, np.ndarray | None, float]:
+    """One KServe binary request; `sending` is set once the body is built, as it goes out."""
     body, headers = kserve_binary(x)
+    if sending is not None:
+        sending.set()
     started = time.monotonic()
     reply = requests.post(
         f"{base}/v2/models/classifier/infer", data=body, headers=headers, timeout=300
@@ -69,12 +74,15 @@ def test_sigterm_lets_the_request_in_flight_finish(
         assert status == 200
         result: dict[str, Any] = {}
 
+        sending = threading.Event()
+
         def call() -> None:
-            result["done"] = _infer(base, x)
+            result["done"] = _infer(base, x, sending)
             result["finished"] = time.monotonic()
 
         worker = threading.Thread(target=call)
         worker.start()
+        assert sending.wait(timeout=60)  # its body is built: what follows is the round trip
         time.sleep(took / 3)  # calibrated: the request is in flight
         proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
