@@ -12,15 +12,16 @@ the signature the model declares (dim 0 == 1 on inputs and outputs, in metadata,
 errors). Its one InferRequest (GATHER_REQUESTS) serves through core.runtime.batching's batcher
 with no window: a request alone runs at once as a batch of 1 (on its own thread); requests that
 arrive while an inference runs queue and run next as one batch of up to GATHER rows, each caller
-getting its own rows back. Before the first gathered inference, once per version and in the
-background after the first answer (`compile_later`), `interaction` runs two different
-deterministic rows alone and gathered and compares the answers: until it passes, requests run
-one at a time on the compile; if it fails (rows interact, e.g. a softmax over dim 0), the version
-logs why, keeps the compile for a request alone in flight and compiles a THROUGHPUT variant of
-the model with its static dim 0 for requests among others, as below. A gathered compile's blob
-is written under its own key (`GATHER_KEY` added to the plain one), only once the check passed,
-so a new instance imports it as gathered without reading the model; a load looks that key up
-first, then the plain one.
+getting its own rows back; right after a batch of several callers, the next waits briefly for
+them to send again (GATHER_LINGER), so that a crowd runs full batches. Before the first gathered
+inference, once per version and in the background after the first answer (`compile_later`),
+`interaction` runs two different deterministic rows alone and gathered and compares the answers:
+until it passes, requests run one at a time on the compile; if it fails (rows interact, e.g. a
+softmax over dim 0), the version logs why, keeps the compile for a request alone in flight and
+compiles a THROUGHPUT variant of the model with its static dim 0 for requests among others, as
+below. A gathered compile's blob is written under its own key (`GATHER_KEY` added to the plain
+one), only once the check passed, so a new instance imports it as gathered without reading the
+model; a load looks that key up first, then the plain one.
 
 Two compiles (any other untuned model). First with the LATENCY hint, which serves as soon as it
 is ready, then, in the background once the first request has been answered, with the THROUGHPUT
@@ -82,6 +83,12 @@ REDUCED_RTOL = 3e-2
 # a lone request's p50 was the same (20.8-21.6 against 20.3-21.3 ms; 20.1-21.5 ms calling the
 # InferRequest directly, without the batcher). One also holds one set of activation buffers.
 GATHER_REQUESTS = 1
+# How long, as a fraction of the inference that just ended, a crowd waits for the callers it
+# answered to send again before it runs a batch that is not full (core.runtime.batching). 8 HTTP
+# clients of the ResNet-50-sized model sent from this host (bench/RESULTS.md, 2026-12-07
+# 15:15): without it 40-60% of the inferences ran 1-2 rows, a third of them a request alone
+# between two batches; with it nearly all ran 4.
+GATHER_LINGER = 0.06
 
 
 @dataclass(slots=True)

@@ -12,7 +12,12 @@ when the host is idle (the window is then the whole cost: keep it well under an 
 With no window, a request that finds no other waiting and an InferRequest free runs at once
 on its caller's thread. Adaptive execution uses the batcher so, with GATHER rows, for a version
 compiled gathered (core.runtime.adaptive): a request alone runs at once as a batch of 1, and
-requests that arrive while an inference runs wait for it and run next, together.
+requests that arrive while an inference runs wait for it and run next, together. With a
+`linger` (a fraction of the last inference's time), a crowd keeps its batches full: for that
+long after an inference of several callers ends, a request queues instead of running at once,
+and the next batch waits for the callers just answered to send again (up to max_batch_size
+rows), so that a batch of one and a change of batch size (which OpenVINO's CPU plugin pays for
+with new kernels' parameters) do not cut into the crowd. A caller alone never waits.
 """
 
 from __future__ import annotations
@@ -44,6 +49,19 @@ class _Item:
     done: futures.Future[Outputs] = field(default_factory=futures.Future)
 
 
+@dataclass(frozen=True, slots=True)
+class _Last:
+    """The last inference to end: when it started and ended, and for how many callers."""
+
+    started: float = 0.0
+    ended: float = 0.0
+    callers: int = 0
+
+    def lingers(self, fraction: float) -> float:
+        """When a crowd stops waiting for the callers it just answered."""
+        return self.ended + fraction * (self.ended - self.started)
+
+
 def batch_key(feed: Feed) -> tuple[object, ...]:
     """Requests with equal keys can be concatenated along dim 0 (string tensors of any element
     width: numpy widens the bytes dtype as it concatenates)."""
@@ -67,6 +85,7 @@ class Batcher:
         on_batch: Callable[[int], None] = lambda rows: None,
         on_run: Callable[[int], None] = lambda callers: None,
         workers: int = 0,
+        linger: float = 0.0,
     ) -> None:
         self.config = config
         self._pool = pool
@@ -78,6 +97,8 @@ class Batcher:
         self._waiting = 0  # requests queued, or taken and waiting for a free InferRequest
         self._waiting_lock = threading.Lock()
         self._held: _Item | None = None  # taken but did not fit the last batch
+        self._linger = linger  # of the last inference's time (see the module's docstring)
+        self._last = _Last()
         self._workers = futures.ThreadPoolExecutor(  # one per InferRequest (by default those free)
             workers or pool.qsize() or 1, thread_name_prefix=f"batch-{name}"
         )
@@ -88,7 +109,7 @@ class Batcher:
         rows = {len(array) for array in feed.values()}
         if len(rows) != 1 or not rows.issubset(range(1, self.config.max_batch_size + 1)):
             return self._alone(feed)
-        if self.config.window_us == 0 and self._waiting == 0:
+        if self.config.window_us == 0 and self._waiting == 0 and not self._crowded():
             request = self._free()
             if request is not None:  # nothing to wait for, nobody to gather: run it here
                 return self._at_once(request, feed, rows.pop())
@@ -111,10 +132,18 @@ class Batcher:
         self._on_wait(0.0)
         self._on_batch(rows)
         self._on_run(1)
+        started = time.perf_counter()
         try:
             return self._run(request, feed)
         finally:
+            self._last = _Last(started, time.perf_counter(), 1)
             self._pool.put(request)
+
+    def _crowded(self) -> bool:
+        """An inference of several callers ended less than its linger ago: they are likely
+        to send again at once."""
+        last = self._last
+        return last.callers > 1 and time.perf_counter() < last.lingers(self._linger)
 
     @property
     def waiting(self) -> int:
@@ -163,6 +192,8 @@ class Batcher:
     def _fill(self, batch: list[_Item]) -> list[_Item]:
         rows = batch[0].rows
         deadline = time.perf_counter() + self.config.window_us / 1e6
+        if self._crowded():
+            deadline = max(deadline, self._last.lingers(self._linger))
         while rows < self.config.max_batch_size:
             try:
                 item = self._pending.get(timeout=max(0.0, deadline - time.perf_counter()))
@@ -186,6 +217,7 @@ class Batcher:
         rows = sum(item.rows for item in batch)
         self._on_batch(rows)
         self._on_run(len(batch))
+        started = time.perf_counter()
         try:
             if len(batch) == 1:
                 outputs = self._run(request, batch[0].feed)
@@ -195,6 +227,7 @@ class Batcher:
                     for name in batch[0].feed
                 }
                 outputs = self._run(request, feed)
+            self._last = _Last(started, time.perf_counter(), len(batch))  # before they hear
             _split(batch, outputs, rows)
         except BaseException as exc:  # every caller of the batch gets the failure
             _fail(batch, exc)

@@ -91,7 +91,11 @@ class PooledVersion(CompiledVersion):
         self._batcher = self._new_batcher(config, lambda callers: first.served.inc(callers))
 
     def _new_batcher(
-        self, config: BatchingConfig, on_run: Callable[[int], None], workers: int = 0
+        self,
+        config: BatchingConfig,
+        on_run: Callable[[int], None],
+        workers: int = 0,
+        linger: float = 0.0,
     ) -> Batcher:
         """A batcher on the first variant's pool; `on_run` counts the callers of each run."""
         rows = metrics.BATCH_SIZE.labels(self.name, str(self.version))
@@ -104,6 +108,7 @@ class PooledVersion(CompiledVersion):
             rows.observe,
             on_run,
             workers,
+            linger,
         )
 
     def _gather_later(self, model: ov.Model | None, aliases: Aliases) -> None:
@@ -162,7 +167,9 @@ class PooledVersion(CompiledVersion):
             (first.served if callers == 1 else gathered.served).inc(callers)
 
         config = BatchingConfig(adaptive.GATHER, 0)
-        batcher = self._new_batcher(config, count, adaptive.GATHER_REQUESTS)
+        batcher = self._new_batcher(
+            config, count, adaptive.GATHER_REQUESTS, adaptive.GATHER_LINGER
+        )
         with self._idle:
             serving = self._first is first and not self._retiring()
             if serving:

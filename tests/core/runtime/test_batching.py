@@ -5,10 +5,14 @@ and a model that cannot be batched says so in its status."""
 from __future__ import annotations
 
 import json
+import queue
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import openvino as ov
 import orjson
 import pytest
 
@@ -16,6 +20,7 @@ from core import metrics
 from core.api import App, make_request
 from core.config import BatchingConfig, Settings, parse_config
 from core.errors import ConfigError
+from core.runtime.batching import Batcher
 from core.serving.registry import ModelManager
 from demo.models import scaler
 from tests.core.helpers import save_ir, write_config
@@ -279,3 +284,92 @@ def test_string_requests_of_different_lengths_batch_and_get_their_own_rows(tmp_p
     count, rows = _batches("twice")
     assert rows == 4
     assert count < 4
+
+
+# -- a gathered crowd keeps its batches full (linger) ----------------------------------------
+
+INFERENCE_S = 0.1  # each inference of the slow scaler below
+THINK_S = 0.01  # a client's turn between its answer and its next request (an HTTP round trip)
+LINGER = 0.5  # of the last inference: 50 ms, well over THINK_S
+
+
+class _SlowScaler:
+    """The real scaler on a real InferRequest, held INFERENCE_S long (a big model's time), that
+    records each inference's rows and thread."""
+
+    def __init__(self) -> None:
+        compiled = ov.Core().compile_model(scaler(2.0), "CPU")
+        self.pool: queue.Queue[ov.InferRequest] = queue.Queue()
+        self.pool.put(compiled.create_infer_request())
+        self.rows: list[int] = []
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self, request: ov.InferRequest, feed: dict[str, np.ndarray]) -> dict[str, Any]:
+        time.sleep(INFERENCE_S)
+        self.rows.append(len(feed["x"]))
+        self.threads.append(threading.current_thread())
+        return {"y": request.infer(feed, share_inputs=False)[0].copy()}
+
+
+def _gathering(linger: float) -> tuple[Batcher, _SlowScaler]:
+    model = _SlowScaler()
+    batcher = Batcher(BatchingConfig(4, 0), model.pool, model, "gather", workers=1, linger=linger)
+    return batcher, model
+
+
+def _clients(batcher: Batcher, count: int, calls: int) -> list[list[np.ndarray]]:
+    """`count` clients at once, each sending `calls` requests one after the other."""
+    answers: list[list[np.ndarray]] = [[] for _ in range(count)]
+    start = threading.Barrier(count)
+
+    def client(index: int) -> None:
+        start.wait()
+        for call in range(calls):
+            x = np.full((1, 4), 10 * index + call, np.float32)
+            answers[index].append(batcher.infer({"x": x})["y"])
+            time.sleep(THINK_S)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return answers
+
+
+@pytest.mark.parametrize(("linger", "full"), [(LINGER, True), (0.0, False)])
+def test_a_crowd_waits_for_the_callers_it_answered_and_runs_full_batches(
+    linger: float, full: bool
+) -> None:
+    """Without a linger, 4 clients that take a round trip to send again split into a request
+    alone and a batch of 3, forever; with it, every batch after the first two runs all 4."""
+    batcher, model = _gathering(linger)
+    try:
+        answers = _clients(batcher, 4, 5)
+    finally:
+        batcher.close()
+    for index, replies in enumerate(answers):
+        expected = [np.full((1, 4), 2 * (10 * index + call), np.float32) for call in range(5)]
+        np.testing.assert_array_equal(np.concatenate(replies), np.concatenate(expected))
+    assert model.rows[:2] == [1, 3]  # the first alone, the others gathered behind it
+    assert sum(model.rows) == 20
+    assert (set(model.rows[2:]) == {4}) is full, model.rows
+
+
+def test_a_caller_alone_never_waits_for_a_crowd() -> None:
+    """A lone client runs each request at once on its own thread, and so does a request that
+    comes after a crowd's linger has passed."""
+    batcher, model = _gathering(LINGER)
+    try:
+        _clients(batcher, 1, 3)
+        assert model.rows == [1, 1, 1]
+        assert model.threads == [model.threads[0]] * 3
+        assert not model.threads[0].name.startswith("batch-")  # the client's, not a worker
+        _clients(batcher, 4, 2)
+        time.sleep(INFERENCE_S * LINGER * 3)
+        runs = len(model.rows)
+        caller = threading.current_thread()
+        batcher.infer({"x": np.ones((1, 4), np.float32)})
+        assert model.threads[runs:] == [caller]
+    finally:
+        batcher.close()
