@@ -37,6 +37,7 @@ import orjson
 
 from bench import cases
 from bench.common import (
+    REPO,
     Row,
     base_env,
     free_port,
@@ -116,15 +117,17 @@ def _infer_call(request: ov.InferRequest, x: np.ndarray) -> Callable[[], object]
 
 
 @contextmanager
-def server(config: Path, log: Path, cache: Path) -> Iterator[tuple[int, int]]:
-    """`serve` with its own cache folder: no compiled blob of an earlier run is imported."""
+def server(config: Path, log: Path, cache: Path, tree: Path = REPO) -> Iterator[tuple[int, int]]:
+    """`serve` of `tree` (this checkout by default) with its own cache folder: no compiled
+    blob of an earlier run is imported."""
     port = free_port()
     cmd = [*ov_serve_cmd(config, port), "--metrics_enable"]
     with process(
         cmd,
-        base_env(OVS_CACHE_DIR=str(cache)),
+        base_env(OVS_CACHE_DIR=str(cache), PYTHONPATH=str(tree)),
         lambda: http_ok(port, f"/v2/models/{MODEL}/ready"),
         log=log,
+        cwd=tree,
     ) as proc:
         yield port, proc.pid
 

@@ -7,6 +7,10 @@ block runs, in an order that alternates: 8 clients of KServe binary REST against
 and 8-job AsyncInferQueues of a raw LATENCY and a raw THROUGHPUT compile in this process.
 Prints each block's req/s and the median and spread of adaptive / fixed and adaptive / the
 faster raw queue of its block. Results: bench/results/crowd_ab.json.
+
+`--before TREE` (a checkout of an earlier commit, e.g. `git worktree add /tmp/before HEAD~1`)
+adds that tree's adaptive server to every block, and the mixed phase of bench.adaptive (3
+cycles of 3 lone requests and a burst of 8) on both adaptive servers, and prints after / before.
 """
 
 from __future__ import annotations
@@ -24,29 +28,35 @@ import numpy as np
 import openvino as ov
 
 from bench import cases
-from bench.adaptive import MODEL, adapted, build, server
-from bench.common import many_clients, save, workdir
+from bench.adaptive import MODEL, adapted, build, mixed_phase, server
+from bench.common import REPO, many_clients, save, workdir
 from bench.warm import _queue_runner
 
 CLIENTS = 8
+BEFORE = "adaptive before"
 PER_CLIENT = 6  # requests per client and block: ~1 s per server block here
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--before", type=Path, help="an earlier checkout's adaptive server too")
     args = parser.parse_args(argv)
     root = workdir()
     model_file, configs = build(root)
     x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
     runs = raw_runs(model_file, x)
     doc: dict[str, Any] = {"load_start": os.getloadavg()}
+    servers = {"fixed": (configs["fixed"], REPO), "adaptive": (configs["adaptive"], REPO)}
+    if args.before:
+        servers[BEFORE] = (configs["adaptive"], args.before.resolve())
     with ExitStack() as stack:
-        for label in ("fixed", "adaptive"):
-            port, _ = stack.enter_context(
-                server(configs[label], root / f"{label}.log", root / f"cache-{label}")
-            )
-            runs[label] = served_run(port, x, label == "adaptive")
+        for label, (config, tree) in servers.items():
+            log, cache = root / f"{label}.log", root / f"cache-{label}"
+            port, _ = stack.enter_context(server(config, log, cache, tree))
+            runs[label] = served_run(port, x, label != "fixed")
+            if args.before and label != "fixed":
+                runs.update(mixed_runs(port, x, label))
         doc["blocks"] = blocks(runs, args.blocks)
     doc["load_end"] = os.getloadavg()
     doc["ratios"] = ratios(doc["blocks"])
@@ -77,6 +87,25 @@ def served_run(port: int, x: np.ndarray, adaptive: bool) -> Callable[[], float]:
     return lambda: float(many_clients(factory, CLIENTS, PER_CLIENT)["rps"])
 
 
+def mixed_runs(port: int, x: np.ndarray, label: str) -> dict[str, Callable[[], float]]:
+    """bench.adaptive's mixed phase, 3 cycles, as two cases of a block: the lone p50 and the
+    burst req/s (the first of the two to run in a block runs the phase)."""
+    payload = cases.Payload(MODEL, x, b"")
+    factory = cases.rest_cases(port, payload, (cases.REST_KSERVE_BINARY,))[cases.REST_KSERVE_BINARY]
+    measured: dict[str, float] = {}
+
+    def case(key: str) -> Callable[[], float]:
+        def run() -> float:
+            if not measured:
+                phase = mixed_phase(factory, port, 3)
+                measured.update(lone=phase["lone"]["p50_ms"], burst=phase["burst_rps"])
+            return float(measured.pop(key))
+
+        return run
+
+    return {f"lone ms {label}": case("lone"), f"burst {label}": case("burst")}
+
+
 def blocks(runs: dict[str, Callable[[], float]], count: int) -> list[dict[str, float]]:
     """Each block runs every case once; odd blocks in reverse order."""
     names = list(runs)
@@ -97,6 +126,10 @@ def ratios(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
             r["fixed"] / max(r["raw LATENCY"], r["raw THROUGHPUT"]) for r in rows
         ],
     }
+    if BEFORE in rows[0]:
+        for case in ("", "lone ms ", "burst "):
+            after, before = f"{case}adaptive", f"{case}{BEFORE}"
+            pairs[f"{after} / {before}"] = [r[after] / r[before] for r in rows]
     return {
         name: {"median": statistics.median(v), "min": min(v), "max": max(v)}
         for name, v in pairs.items()
