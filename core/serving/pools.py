@@ -167,9 +167,7 @@ class PooledVersion(CompiledVersion):
             (first.served if callers == 1 else gathered.served).inc(callers)
 
         config = BatchingConfig(adaptive.GATHER, 0)
-        batcher = self._new_batcher(
-            config, count, adaptive.GATHER_REQUESTS, adaptive.GATHER_LINGER
-        )
+        batcher = self._new_batcher(config, count, adaptive.GATHER_REQUESTS, adaptive.GATHER_LINGER)
         with self._idle:
             serving = self._first is first and not self._retiring()
             if serving:
