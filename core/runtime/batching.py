@@ -217,7 +217,6 @@ class Batcher:
         rows = sum(item.rows for item in batch)
         self._on_batch(rows)
         self._on_run(len(batch))
-        started = time.perf_counter()
         try:
             if len(batch) == 1:
                 outputs = self._run(request, batch[0].feed)
