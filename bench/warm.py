@@ -54,10 +54,11 @@ def raw_baselines(
 def _queue_runner(
     compiled: ov.CompiledModel, x: np.ndarray, total: int, jobs: int
 ) -> Callable[[], Row]:
-    """One AsyncInferQueue with `jobs` requests, run `total` calls per call of the result; a
-    latency includes waiting for a free request. The queue is never destroyed during the
-    run: tearing down an AsyncInferQueue whose Python callback thread may still want the GIL
-    can deadlock (two full runs hung in futex_do_wait here)."""
+    """One AsyncInferQueue with `jobs` requests, run `total` calls per call of the result: `jobs`
+    closed-loop clients, each sending again the moment its answer comes (a latency starts when
+    its request is free, as a client's starts when it sends). The queue is never destroyed
+    during the run: tearing down an AsyncInferQueue whose Python callback thread may still want
+    the GIL can deadlock (two full runs hung in futex_do_wait here)."""
     queue = ov.AsyncInferQueue(compiled, jobs)
     times: list[float] = []
     queue.set_callback(lambda request, sent: times.append(time.perf_counter() - sent))
@@ -70,6 +71,7 @@ def _queue_runner(
         times.clear()
         started = time.perf_counter()
         for _ in range(total):
+            queue.get_idle_request_id()  # so the clock starts when the request is sent
             queue.start_async({0: x}, time.perf_counter())
         queue.wait_all()
         wall = time.perf_counter() - started
