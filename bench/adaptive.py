@@ -318,6 +318,7 @@ def plot(raw: dict[str, dict[int, Row]], served: dict[str, dict[int, Row]]) -> N
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     lines = {
         "raw LATENCY": raw["LATENCY"],
@@ -336,6 +337,10 @@ def plot(raw: dict[str, dict[int, Row]], served: dict[str, dict[int, Row]]) -> N
         axis.set_xlabel("concurrent clients")
         axis.set_title(title)
         axis.grid(alpha=0.3)
+    left.set_yscale("log")  # so 1 client's 20 ms and 16 clients' 300 ms both read
+    left.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    left.yaxis.set_major_formatter(ticker.ScalarFormatter())
+    left.yaxis.set_minor_formatter(ticker.NullFormatter())
     right.legend(fontsize=8)
     figure.suptitle("ResNet-50-sized FP16 IR, 2-vCPU host, KServe binary REST")
     figure.tight_layout()
