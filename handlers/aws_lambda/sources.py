@@ -160,7 +160,8 @@ class Alb(RestV1):
 
     @staticmethod
     def matches(event: Event) -> bool:
-        return "elb" in (event.get("requestContext") or {})
+        context = event.get("requestContext")
+        return isinstance(context, dict) and "elb" in context
 
     def path(self, event: Event) -> str:
         return unquote(event.get("path") or "/")  # as the client encoded it

@@ -235,6 +235,7 @@ def test_direct_invoke(aws: LambdaHandler) -> None:
         {"path": "/v2/models/scaler", "query": "n=1"},
         {"httpMethod": None, "path": "/v2/models/scaler"},
         {"httpMethod": "GET", "path": ["/v2/models/scaler"]},
+        {"httpMethod": "GET", "path": "/v2/models/scaler", "requestContext": 5},
         {"version": "2.0", "rawPath": "/v2/models/scaler", "requestContext": "prod"},
     ],
 )
