@@ -212,8 +212,9 @@ class HttpV2(Source):
 
 class DirectInvoke(Source):
     """`aws lambda invoke` with a small HTTP request: {"path": "/v1/models/m:predict",
-    "method": "POST", "headers": {...}, "body": "<text>" or a JSON value, "isBase64Encoded":
-    false} (method defaults to POST with a body, GET without)."""
+    "method": "POST", "headers": {...}, "query": {...}, "body": "<text>" or a JSON value,
+    "isBase64Encoded": false} (method defaults to POST with a body, GET without); the path is
+    taken as written, not percent-decoded."""
 
     kind = "direct Invoke"
     label = f"{kind}, Lambda's 6 MB payload"
