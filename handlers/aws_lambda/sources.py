@@ -13,7 +13,10 @@ response JSON, the others Lambda's 6 MB synchronous payload each way. A request 
 limit raises PayloadTooLargeError (413) naming the limit and the source, checked before a
 base64 body is decoded. Binary responses (`Response.is_binary`) go back base64 with
 `isBase64Encoded: true`. The API Gateway stage is stripped from the path when the path still
-carries it.
+carries it. The router gets the path percent-decoded once, as `serve` decodes a request line:
+REST APIs, Function URLs and ALBs send it as the client encoded it, HTTP APIs (payload 2.0
+and 1.0) decoded already. An event with a field of the wrong type (a hand-written one: no
+platform sends it) raises InvalidInputError (400) naming the source, never another exception.
 
 Pure translation: importing this module reads no environment and loads no model.
 """
@@ -25,7 +28,7 @@ import binascii
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote_plus
+from urllib.parse import parse_qsl, unquote, unquote_plus
 
 import orjson
 
@@ -49,8 +52,10 @@ class Limit:
 
 class Source(ABC):
     """An event source family. `matches` recognizes its events; `request` and `reply`
-    translate; `label` names it in messages and `payload` is its platform limit in bytes."""
+    translate; `kind` names its events and `label` its limit in messages; `payload` is its
+    platform limit in bytes."""
 
+    kind: str
     label: str
     payload = LAMBDA_PAYLOAD
 
@@ -59,10 +64,19 @@ class Source(ABC):
     def matches(event: Any) -> bool:
         """True when `event` has this source's shape."""
 
-    @abstractmethod
     def request(self, event: Any, limit: Limit) -> Request:
         """The request for the core router; a body over `limit` raises PayloadTooLargeError
-        and an event that is no request InvalidInputError."""
+        and an event that is no request, or has a field of the wrong type, InvalidInputError."""
+        try:
+            return self.translate(event, limit)
+        except (AttributeError, TypeError, KeyError, ValueError):
+            raise InvalidInputError(
+                f"Malformed {self.kind} event: a field is missing or of the wrong type"
+            ) from None
+
+    @abstractmethod
+    def translate(self, event: Any, limit: Limit) -> Request:
+        """`request` for a well-formed event; a field of the wrong type may raise anything."""
 
     def reply(self, event: Any, response: Response) -> Event:
         """The reply the platform expects for `event`; a binary body goes base64."""
@@ -96,13 +110,14 @@ class Source(ABC):
 class RestV1(Source):
     """API Gateway REST API proxy integration (payload 1.0, also HTTP API payload 1.0)."""
 
-    label = "API Gateway REST API (payload 1.0), Lambda's 6 MB payload"
+    kind = "API Gateway REST API (payload 1.0)"
+    label = f"{kind}, Lambda's 6 MB payload"
 
     @staticmethod
     def matches(event: Event) -> bool:
         return "httpMethod" in event
 
-    def request(self, event: Event, limit: Limit) -> Request:
+    def translate(self, event: Event, limit: Limit) -> Request:
         return make_request(
             event["httpMethod"],
             self.path(event),
@@ -118,8 +133,10 @@ class RestV1(Source):
         context = event.get("requestContext") or {}
         stage = context.get("stage") or "$default"
         if stage != "$default" and path == context.get("path"):
-            return _strip_prefix(path, "/" + stage)
-        return path
+            path = _strip_prefix(path, "/" + stage)
+        # A REST API sends the path as the client encoded it; an HTTP API's payload 1.0
+        # ("version": "1.0") decoded.
+        return path if event.get("version") == "1.0" else unquote(path)
 
     def query(self, event: Event) -> dict[str, str]:
         multi = event.get("multiValueQueryStringParameters") or {}
@@ -137,15 +154,17 @@ class Alb(RestV1):
     """ALB target group, single- or multi-value headers (lambda.multi_value_headers.enabled):
     query values arrive percent-encoded; the reply carries the header form the event had."""
 
-    label = "ALB target group, 1 MB"
+    kind = "ALB target group"
+    label = f"{kind}, 1 MB"
     payload = ALB_PAYLOAD
 
     @staticmethod
     def matches(event: Event) -> bool:
-        return "elb" in (event.get("requestContext") or {})
+        context = event.get("requestContext")
+        return isinstance(context, dict) and "elb" in context
 
     def path(self, event: Event) -> str:
-        return event.get("path") or "/"
+        return unquote(event.get("path") or "/")  # as the client encoded it
 
     def query(self, event: Event) -> dict[str, str]:
         return {unquote_plus(k): unquote_plus(v) for k, v in super().query(event).items()}
@@ -168,13 +187,14 @@ class Alb(RestV1):
 class HttpV2(Source):
     """HTTP API payload 2.0 and Lambda Function URLs."""
 
-    label = "HTTP API / Function URL (payload 2.0), Lambda's 6 MB payload"
+    kind = "HTTP API / Function URL (payload 2.0)"
+    label = f"{kind}, Lambda's 6 MB payload"
 
     @staticmethod
     def matches(event: Event) -> bool:
         return event.get("version") == "2.0"
 
-    def request(self, event: Event, limit: Limit) -> Request:
+    def translate(self, event: Event, limit: Limit) -> Request:
         context = event.get("requestContext") or {}
         head = headers(event)
         if event.get("cookies"):
@@ -184,27 +204,39 @@ class HttpV2(Source):
         stage = context.get("stage") or "$default"
         if stage != "$default":  # a named stage is part of rawPath
             path = _strip_prefix(path, "/" + stage)
+        if ".lambda-url." in (context.get("domainName") or ""):
+            path = unquote(path)  # a Function URL sends it encoded, an HTTP API decoded
         method = (context.get("http") or {}).get("method", "GET")
         return make_request(method, path, _body(event, limit), head, query)
 
 
 class DirectInvoke(Source):
     """`aws lambda invoke` with a small HTTP request: {"path": "/v1/models/m:predict",
-    "method": "POST", "headers": {...}, "body": "<text>" or a JSON value, "isBase64Encoded":
-    false} (method defaults to POST with a body, GET without)."""
+    "method": "POST", "headers": {...}, "query": {...}, "body": "<text>" or a JSON value,
+    "isBase64Encoded": false} (method defaults to POST with a body, GET without); the path is
+    taken as written, not percent-decoded."""
 
-    label = "direct Invoke, Lambda's 6 MB payload"
+    kind = "direct Invoke"
+    label = f"{kind}, Lambda's 6 MB payload"
+    shape = (
+        'A direct Invoke event must be {"path": "/v1/models/NAME:predict", "method": "POST", '
+        '"headers": {...}, "query": {...}, "body": ...}'
+    )
 
     @staticmethod
     def matches(event: Any) -> bool:
         return True
 
-    def request(self, event: Any, limit: Limit) -> Request:
+    def translate(self, event: Any, limit: Limit) -> Request:
         if not isinstance(event, dict) or not isinstance(event.get("path"), str):
-            raise InvalidInputError(
-                'A direct Invoke event must be {"path": "/v1/models/NAME:predict", '
-                '"method": "POST", "body": ...}'
-            )
+            raise InvalidInputError(self.shape)
+        for key, wanted, name in (
+            ("method", str, "a string"),
+            ("headers", dict, "an object"),
+            ("query", dict, "an object"),
+        ):
+            if event.get(key) is not None and not isinstance(event[key], wanted):
+                raise InvalidInputError(f"{self.shape}; {key!r} must be {name}")
         body = event.get("body")
         if body is not None and not isinstance(body, str):
             event = {**event, "body": orjson.dumps(body).decode(), "isBase64Encoded": False}
@@ -237,11 +269,16 @@ def headers(event: Any) -> dict[str, str]:
     values comma-joined ({} for an event that is no dict)."""
     if not isinstance(event, dict):
         return {}
-    merged = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
-    for key, values in (event.get("multiValueHeaders") or {}).items():
-        if values:
-            merged[key.lower()] = ",".join(values)
+    merged = {str(k).lower(): str(v) for k, v in _mapping(event.get("headers")).items()}
+    for key, values in _mapping(event.get("multiValueHeaders")).items():
+        if values and isinstance(values, list):
+            merged[str(key).lower()] = ",".join(map(str, values))
     return merged
+
+
+def _mapping(value: Any) -> dict[Any, Any]:
+    """`value` when it is a JSON object, else {} (null, or a hand-written event's mistake)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _body(event: Event, limit: Limit) -> bytes:

@@ -206,6 +206,16 @@ def test_bad_base64_and_unknown_route(aws: LambdaHandler) -> None:
     assert orjson.loads(reply_body(reply)) == {"error": "Invalid request URL: /v3/nothing"}
 
 
+@pytest.mark.parametrize("name", REST_V1[1:] + FUNCTION_URL + ALB + ALB_MULTI)
+def test_percent_encoded_path_is_routed_as_serve_routes_it(aws: LambdaHandler, name: str) -> None:
+    """A client that escapes the colon (Java's URLEncoder, some proxies) or a model name: these
+    sources pass the path as sent, and `serve` decodes it before routing."""
+    event = load_event(name, "/v1/models/scaler%3Apredict", SCALER_BODY, method="POST")
+    reply = invoke(aws, event)
+    assert reply["statusCode"] == 200, reply_body(reply)
+    assert orjson.loads(reply_body(reply)) == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}
+
+
 def test_direct_invoke(aws: LambdaHandler) -> None:
     reply = invoke(
         aws, {"path": "/v1/models/scaler:predict", "body": {"instances": [[1, 1, 1, 1]]}}
@@ -215,6 +225,29 @@ def test_direct_invoke(aws: LambdaHandler) -> None:
     assert invoke(aws, {"path": "/v2/models/scaler"})["statusCode"] == 200
     reply = invoke(aws, {"instances": [[1, 1, 1, 1]]})
     assert reply["statusCode"] == 400 and '"path"' in orjson.loads(reply["body"])["error"]
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"path": "/v2/models/scaler", "headers": ["Accept: */*"]},
+        {"path": "/v2/models/scaler", "method": 5},
+        {"path": "/v2/models/scaler", "query": "n=1"},
+        {"httpMethod": None, "path": "/v2/models/scaler"},
+        {"httpMethod": "GET", "path": ["/v2/models/scaler"]},
+        {"httpMethod": "GET", "path": "/v2/models/scaler", "requestContext": 5},
+        {"version": "2.0", "rawPath": "/v2/models/scaler", "requestContext": "prod"},
+    ],
+)
+def test_malformed_event_is_a_400_not_a_runtime_error(
+    aws: LambdaHandler, event: dict[str, Any]
+) -> None:
+    """A hand-written event with a field of the wrong type: a clear 400, never an exception
+    (the runtime would answer a bare 502, or a direct invoker a traceback with server paths)."""
+    reply = invoke(aws, event)
+    assert reply["statusCode"] == 400
+    error = orjson.loads(reply["body"])["error"]
+    assert "event" in error and "/" + "handlers" not in error, error
 
 
 def _servables(app: core.api.App) -> dict[str, tuple[object, dict[str, float]]]:

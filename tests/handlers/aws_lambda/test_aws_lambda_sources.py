@@ -135,6 +135,24 @@ def test_http_v2_named_stage_is_stripped() -> None:
     assert HttpV2().request(event, WIDE).path == "/production/v2"
 
 
+def test_percent_encoded_paths_are_decoded_once() -> None:
+    """REST APIs, Function URLs and ALBs pass the path percent-encoded as the client sent it,
+    HTTP APIs (payload 2.0 and 1.0) already decoded: the router sees it decoded once, as
+    `serve` decodes a request line."""
+    sent = "/v2/models/my%20model%3Av1"
+    for name in ("sam-cli-rendered/AwsProxy", "powertools/lambdaFunctionUrlEvent"):
+        event = load_event(name, sent)
+        assert detect(event).request(event, WIDE).path == "/v2/models/my model:v1", name
+    for name in ("powertools/albEvent", "powertools/albMultiValueHeadersEvent"):
+        assert Alb().request(load_event(name, sent), WIDE).path == "/v2/models/my model:v1"
+    # An HTTP API decoded "%2520" into "%20" already: a second decoding would change it.
+    http_api = load_event("sam-cli-rendered/HttpApi", "/v2/models/a%20b")
+    assert HttpV2().request(http_api, WIDE).path == "/v2/models/a%20b"
+    payload_1 = load_event("powertools/apiGatewayProxyEvent", "/v2/models/a%20b")
+    assert payload_1["version"] == "1.0"  # HTTP API payload 1.0: decoded too
+    assert RestV1().request(payload_1, WIDE).path == "/v2/models/a%20b"
+
+
 def test_function_url_request_and_reply() -> None:
     event = load_event("powertools/lambdaFunctionUrlEvent")
     request = HttpV2().request(event, WIDE)
