@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import logging
+import re
 import selectors
 import socket
 import threading
@@ -36,6 +37,7 @@ MAX_CONNECTIONS = 1024
 KEEPALIVE_SECONDS = 75.0
 _RECV = 256 * 1024
 _BODY_STEP = 1 << 20
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 log = logging.getLogger("ov_serverless.http")
 Handler = Callable[[Request], Response]
@@ -243,7 +245,7 @@ class Server:
                 raise HttpError(501, f"Unsupported Transfer-Encoding: {chunked[:100]}")
         elif length_text is None or length_text == "0":
             return b""
-        elif not length_text.isdigit():
+        elif not (length_text.isascii() and length_text.isdigit()):  # "²".isdigit() is True
             raise HttpError(400, "Invalid Content-Length header")
         elif int(length_text) > self._max_body:
             raise HttpError(
@@ -341,11 +343,7 @@ def _read_chunked(sock: socket.socket, buf: bytearray, limit: int) -> bytes:
     parts: list[bytes] = []
     total = 0
     while True:
-        size_text = _read_line(sock, buf).split(b";")[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise HttpError(400, "Invalid chunk size in chunked body") from None
+        size = _chunk_size(_read_line(sock, buf))
         if size == 0:
             while _read_line(sock, buf):  # trailers, up to the empty line
                 pass
@@ -356,6 +354,15 @@ def _read_chunked(sock: socket.socket, buf: bytearray, limit: int) -> bytes:
         parts.append(_read_exact(sock, buf, size))
         if _read_line(sock, buf):
             raise HttpError(400, "Invalid chunked body")
+
+
+def _chunk_size(line: bytes) -> int:
+    """RFC 9112 7.1: hex digits only. int(x, 16) alone would also take "-5" (a negative size,
+    which undercounts the body against its limit), "0x5", "+5" and "1_0"."""
+    text = line.split(b";")[0].strip(b" \t")
+    if _CHUNK_SIZE.fullmatch(text) is None:
+        raise HttpError(400, "Invalid chunk size in chunked body")
+    return int(text, 16)
 
 
 def _send(sock: socket.socket, response: Response, head_only: bool, keep: bool) -> None:

@@ -169,6 +169,21 @@ def test_expect_100_continue(running: Running) -> None:
             400,
             "Invalid chunk size in chunked body",
         ),
+        (  # "²".isdigit() is True, int("²") fails: once no answer at all
+            "POST / HTTP/1.1\r\nContent-Length: \xb2\r\n\r\n".encode("latin-1"),
+            400,
+            "Invalid Content-Length header",
+        ),
+        (  # a negative chunk once took the limit down by its size: 2 MB then passed it
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n-ffffffff\r\n\r\n200000\r\n",
+            400,
+            "Invalid chunk size in chunked body",
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n",
+            400,
+            "Invalid chunk size in chunked body",
+        ),
         (
             b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n",
             413,
