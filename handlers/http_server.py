@@ -38,6 +38,9 @@ KEEPALIVE_SECONDS = 75.0
 _RECV = 256 * 1024
 _BODY_STEP = 1 << 20
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+# RFC 9110 5.5: a bare CR or LF, or a NUL, in a field value is refused (an echoed Origin with a
+# bare LF once became a header of its own in the response)
+_CONTROL = re.compile(rb"[\r\n\0]")
 
 log = logging.getLogger("ov_serverless.http")
 Handler = Callable[[Request], Response]
@@ -289,7 +292,7 @@ def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
     if len(lines) > MAX_HEADERS + 1:
         raise HttpError(431, f"More than {MAX_HEADERS} request headers")
     parts = lines[0].split(b" ")
-    if len(parts) != 3 or not parts[0].isalpha() or not parts[1]:
+    if len(parts) != 3 or not parts[0].isalpha() or not parts[1] or _CONTROL.search(lines[0]):
         raise HttpError(400, "Invalid HTTP request line")
     method, target, version = (part.decode("latin-1") for part in parts)
     if version not in ("HTTP/1.1", "HTTP/1.0"):
@@ -299,7 +302,7 @@ def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
     headers: dict[str, str] = {}
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip() or b" " in name:
+        if not colon or not name or name != name.strip() or b" " in name or _CONTROL.search(line):
             raise HttpError(400, "Invalid HTTP header line")
         key, text = name.decode("latin-1").lower(), value.strip(b" \t").decode("latin-1")
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
