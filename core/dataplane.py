@@ -186,7 +186,7 @@ class DataPlane:
         if not isinstance(servable, TextModelVersion):
             raise NotFoundError(f"Model {call.model} has no tokenizer")
         with metrics.graph(self.interface, call.model):
-            request = call.decode()
+            request = call.decode(self.limits.max_tensor_elements)
             parameters = dict(request.parameters)
             if servable.options.task == "rerank":
                 parameters["add_special_tokens"] = False  # as OVMS tokenizes for a reranker

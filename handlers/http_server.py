@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import logging
+import re
 import selectors
 import socket
 import threading
@@ -36,6 +37,10 @@ MAX_CONNECTIONS = 1024
 KEEPALIVE_SECONDS = 75.0
 _RECV = 256 * 1024
 _BODY_STEP = 1 << 20
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+# RFC 9110 5.5: a bare CR or LF, or a NUL, in a field value is refused (an echoed Origin with a
+# bare LF once became a header of its own in the response)
+_CONTROL = re.compile(rb"[\r\n\0]")
 
 log = logging.getLogger("ov_serverless.http")
 Handler = Callable[[Request], Response]
@@ -243,7 +248,7 @@ class Server:
                 raise HttpError(501, f"Unsupported Transfer-Encoding: {chunked[:100]}")
         elif length_text is None or length_text == "0":
             return b""
-        elif not length_text.isdigit():
+        elif not (length_text.isascii() and length_text.isdigit()):  # "²".isdigit() is True
             raise HttpError(400, "Invalid Content-Length header")
         elif int(length_text) > self._max_body:
             raise HttpError(
@@ -287,7 +292,7 @@ def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
     if len(lines) > MAX_HEADERS + 1:
         raise HttpError(431, f"More than {MAX_HEADERS} request headers")
     parts = lines[0].split(b" ")
-    if len(parts) != 3 or not parts[0].isalpha() or not parts[1]:
+    if len(parts) != 3 or not parts[0].isalpha() or not parts[1] or _CONTROL.search(lines[0]):
         raise HttpError(400, "Invalid HTTP request line")
     method, target, version = (part.decode("latin-1") for part in parts)
     if version not in ("HTTP/1.1", "HTTP/1.0"):
@@ -297,7 +302,7 @@ def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
     headers: dict[str, str] = {}
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip() or b" " in name:
+        if not colon or not name or name != name.strip() or b" " in name or _CONTROL.search(line):
             raise HttpError(400, "Invalid HTTP header line")
         key, text = name.decode("latin-1").lower(), value.strip(b" \t").decode("latin-1")
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
@@ -341,11 +346,7 @@ def _read_chunked(sock: socket.socket, buf: bytearray, limit: int) -> bytes:
     parts: list[bytes] = []
     total = 0
     while True:
-        size_text = _read_line(sock, buf).split(b";")[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise HttpError(400, "Invalid chunk size in chunked body") from None
+        size = _chunk_size(_read_line(sock, buf))
         if size == 0:
             while _read_line(sock, buf):  # trailers, up to the empty line
                 pass
@@ -356,6 +357,15 @@ def _read_chunked(sock: socket.socket, buf: bytearray, limit: int) -> bytes:
         parts.append(_read_exact(sock, buf, size))
         if _read_line(sock, buf):
             raise HttpError(400, "Invalid chunked body")
+
+
+def _chunk_size(line: bytes) -> int:
+    """RFC 9112 7.1: hex digits only. int(x, 16) alone would also take "-5" (a negative size,
+    which undercounts the body against its limit), "0x5", "+5" and "1_0"."""
+    text = line.split(b";")[0].strip(b" \t")
+    if _CHUNK_SIZE.fullmatch(text) is None:
+        raise HttpError(400, "Invalid chunk size in chunked body")
+    return int(text, 16)
 
 
 def _send(sock: socket.socket, response: Response, head_only: bool, keep: bool) -> None:

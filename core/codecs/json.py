@@ -16,6 +16,7 @@ import orjson
 
 from core.errors import InvalidInputError, JsonInvalidError
 from core.tensors import dtypes
+from core.tensors.limits import MAX_DIMS
 from core.tensors.spec import TensorSpec
 
 NUMPY_OPT = orjson.OPT_SERIALIZE_NUMPY
@@ -142,21 +143,21 @@ def bytes_array(value: Any, where: str) -> np.ndarray:
         flat[:] = [item.encode("utf-8") for item in value]
         return flat
 
-    def walk(item: Any) -> Any:
-        return [walk(x) for x in item] if isinstance(item, list) else b64_leaf(item)
-
-    leaves = walk(value)
-    array = np.empty(_nested_shape(leaves, where), dtype=object)
-    flat = array.reshape(-1)
-    flat[:] = flatten(leaves)
+    array = np.empty(_nested_shape(value, where), dtype=object)
+    array.reshape(-1)[:] = [b64_leaf(item) for item in flatten(value)]
     return array
 
 
 def _nested_shape(value: Any, where: str) -> tuple[int, ...]:
-    """The shape of regular nested lists; ragged nesting is OVMS's "Not valid ndarray"."""
+    """The shape of regular nested lists; ragged nesting, or more dimensions than an array
+    can have, is OVMS's "Not valid ndarray" (checked without recursing deeper than that)."""
     shape: list[int] = []
     probe = value
     while isinstance(probe, list):
+        if len(shape) == MAX_DIMS:
+            raise InvalidInputError(
+                f"{where}. Not valid ndarray detected: more than {MAX_DIMS} dimensions"
+            )
         shape.append(len(probe))
         probe = probe[0] if probe else None
 
@@ -175,12 +176,19 @@ def _nested_shape(value: Any, where: str) -> tuple[int, ...]:
 
 
 def flatten(value: Any) -> list[Any]:
-    """The leaves of nested lists, in order."""
+    """The leaves of nested lists, in order; iterative, as a client picks the depth."""
     if not isinstance(value, list):
         return [value]
     out: list[Any] = []
-    for item in value:
-        out.extend(flatten(item))
+    stack = [iter(value)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            out.append(item)
+        else:
+            stack.pop()
     return out
 
 

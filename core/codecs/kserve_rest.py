@@ -85,8 +85,9 @@ def decode(
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidInputError("Invalid JSON structure. Each output needs a name")
         out_params = _parameters(item)
-        request.binary_outputs[item["name"]] = bool(
-            out_params.get("binary_data", request.binary_default)
+        # only JSON true asks for binary, as for binary_data_output: bool("false") is True
+        request.binary_outputs[item["name"]] = (
+            out_params.get("binary_data", request.binary_default) is True
         )
     return request
 

@@ -176,11 +176,21 @@ class TokenizeInputs:
 
 
 class TokenizeCall(_Call):
-    def decode(self) -> TokenizeInputs:
+    def decode(self, max_tokens: int) -> TokenizeInputs:
+        """`max_tokens`: the most token ids padding may make in all (the request limits' tensor
+        elements): pad_to_max_length with a max_length of 2**40 is a 400, not a MemoryError or
+        a server out of memory."""
         texts = _inputs(self.doc, "text")
         if not all(isinstance(item, str) for item in texts):
             raise InvalidInputError("Input should be string or array of strings")
-        return TokenizeInputs(texts, _tokenize_parameters(self.doc))  # type: ignore[arg-type]
+        parameters = _tokenize_parameters(self.doc)
+        padded = len(texts) * parameters.get("max_length", 0)
+        if parameters.get("pad_to_max_length") and padded > max_tokens:
+            raise InvalidInputError(
+                f"pad_to_max_length to max_length {parameters['max_length']} makes {padded} "
+                f"token ids, more than the limit of {max_tokens}"
+            )
+        return TokenizeInputs(texts, parameters)  # type: ignore[arg-type]
 
     def encode(self, rows: list[list[int]]) -> bytes:
         return orjson.dumps({"tokens": rows if len(rows) > 1 else rows[0]})

@@ -23,11 +23,16 @@ class Limits:
 
 
 DEFAULT = Limits()
+MAX_DIMS = 32  # the most dimensions an array has in numpy 1.x (2.x allows 64); no model takes more
 
 
 def check_shape(limits: Limits, shape: Sequence[object], name: str, itemsize: int = 1) -> int:
     """Element count of a declared shape; too many elements or bytes is a 400, before any
-    array of that size exists."""
+    array of that size exists; so is a shape of more dimensions than numpy can make."""
+    if len(shape) > MAX_DIMS:
+        raise InvalidInputError(
+            f"Invalid shape for input {name}: {len(shape)} dimensions, more than {MAX_DIMS}"
+        )
     count = 1
     for dim in shape:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:

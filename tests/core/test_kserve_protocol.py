@@ -168,6 +168,18 @@ def test_scalar_parameters_are_taken(app: App) -> None:
     assert answer.status == 200
 
 
+@pytest.mark.parametrize("flag", ["false", "true", 1, 0])
+def test_binary_data_asks_for_binary_only_when_true(app: App, flag: Any) -> None:
+    """A flag that is not JSON true answers in JSON, as binary_data_output: "false" once
+    sent the output as binary."""
+    answer = both_sizes(
+        app,
+        {"inputs": [x_input()], "outputs": [{"name": "y", "parameters": {"binary_data": flag}}]},
+    )
+    assert answer.headers["content-type"] == "application/json"
+    assert json.loads(answer.body)["outputs"][0]["data"] == [3.0, 6.0, 9.0, 12.0]
+
+
 # -- 39.4: non-finite outputs ---------------------------------------------------------------
 
 BIG_X = [[1.0, -1e10, 1e10, 0.0]]

@@ -153,6 +153,11 @@ def test_expect_100_continue(running: Running) -> None:
         (b"GET / HTTP/2.0\r\n\r\n", 505, "Unsupported HTTP version: HTTP/2.0"),
         (b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "Invalid HTTP header line"),
         (b"GET / HTTP/1.1\r\nnocolon\r\n\r\n", 400, "Invalid HTTP header line"),
+        # a bare LF in an Origin that CORS echoes once made a Set-Cookie header of its own
+        (b"GET / HTTP/1.1\r\nOrigin: a\nSet-Cookie: x=1\r\n\r\n", 400, "Invalid HTTP header line"),
+        (b"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", 400, "Invalid HTTP header line"),
+        (b"GET / HTTP/1.1\r\nX: a\0b\r\n\r\n", 400, "Invalid HTTP header line"),
+        (b"GET /a\nb HTTP/1.1\r\n\r\n", 400, "Invalid HTTP request line"),
         (b"POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400, "Invalid Content-Length header"),
         (
             b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -166,6 +171,21 @@ def test_expect_100_continue(running: Running) -> None:
         ),
         (
             b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+            "Invalid chunk size in chunked body",
+        ),
+        (  # "²".isdigit() is True, int("²") fails: once no answer at all
+            "POST / HTTP/1.1\r\nContent-Length: \xb2\r\n\r\n".encode("latin-1"),
+            400,
+            "Invalid Content-Length header",
+        ),
+        (  # a negative chunk once took the limit down by its size: 2 MB then passed it
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n-ffffffff\r\n\r\n200000\r\n",
+            400,
+            "Invalid chunk size in chunked body",
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n",
             400,
             "Invalid chunk size in chunked body",
         ),

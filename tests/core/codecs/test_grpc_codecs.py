@@ -81,6 +81,15 @@ def test_content_is_a_view_not_a_copy() -> None:
         (_proto(types_pb2.DT_UINT8, (1,), int_val=[300]), "out of range"),
         (_proto(types_pb2.DT_COMPLEX64, (1,), scomplex_val=[1, 2]), "DT_COMPLEX64"),
         (_proto(types_pb2.DT_FLOAT, (-1, 4)), "Invalid shape"),
+        # more dimensions than numpy makes: once a ValueError out of reshape (INTERNAL)
+        (
+            _proto(types_pb2.DT_FLOAT, (1,) * 65, tensor_content=b"\0" * 4),
+            "Invalid shape for input x: 65 dimensions, more than 32",
+        ),
+        (
+            _proto(types_pb2.DT_STRING, (1,) * 65, string_val=[b"a"]),
+            "Invalid shape for input x: 65 dimensions, more than 32",
+        ),
     ],
 )
 def test_tensor_errors(proto: tensor_pb2.TensorProto, message: str) -> None:
@@ -106,6 +115,15 @@ def test_kserve_raw_bytes_and_contents() -> None:
     half.inputs.add(name="h", datatype="FP16", shape=[1])
     with pytest.raises(InvalidInputError, match="FP16 values cannot be sent"):
         kserve_grpc.decode_inputs(half)
+
+
+@pytest.mark.parametrize(("datatype", "raw"), [("FP32", b"\0" * 4), ("BYTES", b"\1\0\0\0a")])
+def test_kserve_shape_of_too_many_dimensions(datatype: str, raw: bytes) -> None:
+    request = kfs.ModelInferRequest()
+    request.inputs.add(name="x", datatype=datatype, shape=[1] * 65)
+    request.raw_input_contents.append(raw)
+    with pytest.raises(InvalidInputError, match="x: 65 dimensions, more than 32"):
+        kserve_grpc.decode_inputs(request)
 
 
 def test_kserve_versions() -> None:

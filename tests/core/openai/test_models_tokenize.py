@@ -81,11 +81,31 @@ def test_tokenize(call: Call, request_body: dict[str, object], tokens: list[obje
             {"model": "minilm", "text": "a", "add_special_tokens": 1},
             "add_special_tokens should be boolean",
         ),
+        (  # once a MemoryError (500); a max_length of 10**9 filled the server's memory
+            {"model": "minilm", "text": "a", "max_length": 2**40, "pad_to_max_length": True},
+            f"pad_to_max_length to max_length {2**40} makes {2**40} token ids, more than the "
+            "limit of 67108864",
+        ),
+        (  # the padded rows of every text count
+            {
+                "model": "minilm",
+                "text": ["a", "b"],
+                "max_length": 2**25 + 1,
+                "pad_to_max_length": True,
+            },
+            f"pad_to_max_length to max_length {2**25 + 1} makes {2**26 + 2} token ids, more "
+            "than the limit of 67108864",
+        ),
     ],
 )
 def test_tokenize_errors(call: Call, request_body: dict[str, object], message: str) -> None:
     status, body = call("POST", "/v3/tokenize", request_body)
     assert status == 400 and body["error"]["message"] == message
+
+
+def test_a_big_max_length_without_padding_only_cuts(call: Call) -> None:
+    body = {"model": "minilm", "text": "hello", "max_length": 2**40}
+    assert call("POST", "/v3/tokenize", body) == (200, {"tokens": [101, 7592, 102]})
 
 
 def test_metrics_use_ovms_v3_names(app: App, call: Call) -> None:
