@@ -41,10 +41,11 @@ _CONTENTS = {
 
 
 def parse_version(text: str) -> int | None:
-    """ "" and "0" mean the default version; anything but digits is rejected."""
+    """ "" and "0" mean the default version; anything but ASCII digits is rejected (str.isdigit
+    alone takes "²", which int() refuses, and "١", which int() reads as 1)."""
     if not text:
         return None
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise InvalidInputError(f"Model version is invalid format: {text[:20]}")
     return int(text) or None
 
