@@ -75,7 +75,7 @@ class DataPlane:
             track.version = servable.version
             inputs = exchange.decode(servable, self.limits)
             inputs = images.decode_inputs(
-                servable.inputs, inputs, servable.color_format, self.limits.max_image_pixels
+                servable.inputs, inputs, servable.color_format, self.limits
             )
             check_inputs(self.limits, servable.inputs, inputs)
             with metrics.inference(servable.name, servable.version):

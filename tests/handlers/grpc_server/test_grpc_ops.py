@@ -376,3 +376,56 @@ def test_grpc_only_mode_takes_ovms_channel_arguments_and_metrics_list(
         assert re.findall(r"^# TYPE (\S+) ", text, re.M) == ["ovms_requests_fail"]
     finally:
         running.stop()
+
+
+def _peak_rss_kib(server: Server) -> int:
+    """The server process's peak resident memory so far (Linux VmHWM)."""
+    status = Path(f"/proc/{server.proc.pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1))  # type: ignore[union-attr]
+
+
+def test_image_batch_over_the_tensor_limit_is_refused_before_decoding(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, png_1x1: bytes
+) -> None:
+    """400 one-pixel pngs (~28 KB) would decode to 400 224x224x3 float images (240 MB):
+    over an 8 MiB tensor limit, the call is refused before the images are decoded (the peak
+    memory barely moves), and the model keeps serving."""
+    monkeypatch.setenv("OVS_MAX_TENSOR_BYTES", str(8 << 20))
+    config = tmp_path / "config.json"
+    entry = {"name": "classifier", "base_path": str(repo / "classifier")}
+    config.write_text(json.dumps({"model_config_list": [{"config": entry}]}))
+    server = Server.start(config, tmp_path, rest=False)
+
+    def images(count: int) -> predict_pb2.PredictRequest:
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "classifier"
+        proto = request.inputs["input"]
+        proto.dtype = types_pb2.DT_STRING
+        proto.tensor_shape.dim.add(size=count)
+        proto.string_val.extend([png_1x1] * count)
+        return request
+
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            stub.Predict(images(2), timeout=60)  # warm: Pillow imported, buffers allocated
+            before = _peak_rss_kib(server)
+            code, details = _code(lambda: stub.Predict(images(400), timeout=60))
+            assert code is grpc.StatusCode.INVALID_ARGUMENT, details
+            assert "exceeds the limit of 8388608 bytes" in details
+            assert _peak_rss_kib(server) - before < 100 * 1024
+            reply = stub.Predict(images(13), timeout=60)  # 13 x 602112 bytes: within 8 MiB
+            assert [d.size for d in reply.outputs["probabilities"].tensor_shape.dim] == [13, 1000]
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def png_1x1() -> bytes:
+    from io import BytesIO
+
+    from PIL import Image
+
+    buffer = BytesIO()
+    Image.new("RGB", (1, 1), (10, 20, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
