@@ -80,15 +80,15 @@ def decode_batch(
     for item in items:
         pixels = _decode_one(item, spec.name, channels[1], limits.max_image_pixels)
         size = (_target(height, pixels.shape[0]), _target(width, pixels.shape[1]))
-        image = _bgr(resize_linear(pixels, *size, _work_type(dtype)), color_format)
+        shape = (*size, pixels.shape[2])
         if not decoded:
-            _check_batch(limits, len(items), image.shape, spec, dtype)
-        elif image.shape != decoded[0].shape:
+            _check_batch(limits, len(items), shape, spec, dtype)
+        elif shape != decoded[0].shape:
             raise InvalidInputError(
                 "Binary input images for this endpoint are required to have the same "
                 f"resolution; input name: {spec.name}"
             )
-        decoded.append(image)
+        decoded.append(_bgr(resize_linear(pixels, *size, _work_type(dtype)), color_format))
     batch = np.stack(decoded)
     if layout == "NCHW":
         batch = batch.transpose(0, 3, 1, 2)
