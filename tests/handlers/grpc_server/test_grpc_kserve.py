@@ -128,3 +128,22 @@ def test_versions_other_than_ascii_digits_are_invalid(channel: grpc.Channel, ver
             call()
         assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
         assert "Model version is invalid format" in str(caught.value.details())
+
+
+def test_an_output_requested_twice_is_refused(channel: grpc.Channel) -> None:
+    """As Triton answers: "output 'sum' already requested". Each repeat used to add a copy of
+    the output to the reply: 20000 repeats in a 1 MB request made an 80 MB reply."""
+    stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+    request = pb.ModelInferRequest(model_name="two_inputs")
+    for name in ("a", "b"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+        request.raw_input_contents.append(np.ones(4, np.float32).tobytes())
+    for name in ("sum", "product", "sum"):
+        request.outputs.add(name=name)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(request, timeout=10)
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == "output 'sum' already requested"
+    del request.outputs[2]
+    reply = stub.ModelInfer(request, timeout=10)
+    assert [output.name for output in reply.outputs] == ["sum", "product"]
