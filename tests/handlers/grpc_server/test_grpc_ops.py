@@ -28,6 +28,8 @@ from protos.gen.kserve import grpc_predict_v2_pb2_grpc
 from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 from protos.gen.tensorflow_serving.apis import (
     get_model_metadata_pb2,
+    model_management_pb2,
+    model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
 )
@@ -429,3 +431,31 @@ def png_1x1() -> bytes:
     buffer = BytesIO()
     Image.new("RGB", (1, 1), (10, 20, 30)).save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def test_reload_of_a_broken_config_names_no_server_path(repo: Path, tmp_path: Path) -> None:
+    """HandleReloadConfigRequest on a config that is no longer JSON, then gone: INVALID_ARGUMENT
+    naming config.json relative to its folder (the server's absolute paths stay in its log),
+    and the loaded model keeps serving."""
+    config = tmp_path / "config.json"
+    entry = {"name": "scaler", "base_path": str(repo / "scaler")}
+    config.write_text(json.dumps({"model_config_list": [{"config": entry}]}))
+    server = Server.start(config, tmp_path, rest=False)
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            models = model_service_pb2_grpc.ModelServiceStub(channel)
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            reload = model_management_pb2.ReloadConfigRequest()
+            for broken in ("{not json", None):
+                if broken is None:
+                    config.unlink()
+                else:
+                    config.write_text(broken)
+                code, details = _code(lambda: models.HandleReloadConfigRequest(reload, timeout=30))
+                assert code is grpc.StatusCode.INVALID_ARGUMENT, details
+                assert "config.json" in details and str(tmp_path) not in details, details
+                assert str(tmp_path.resolve()) not in details, details
+                good = stub.Predict(_scaler_request(), timeout=10)
+                assert np.allclose(np.frombuffer(good.outputs["y"].tensor_content, np.float32), 3.0)
+    finally:
+        server.stop()
