@@ -157,6 +157,13 @@ class InferenceService(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServicer):
             dataplane.KSERVE_INFER, request.model_name, version, kserve_grpc.InferCall(request)
         )
 
+    def ModelStreamInfer(self, requests: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        """Not served (OVMS streams only to MediaPipe graphs): UNIMPLEMENTED, without the
+        error log and traceback grpc writes for the generated stub's NotImplementedError."""
+        context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "ModelStreamInfer is not served here: use ModelInfer"
+        )
+
 
 class ModelHealth(health.HealthServicer):
     """grpc.health.v1 with "" = the server and one service per model name: SERVING while the

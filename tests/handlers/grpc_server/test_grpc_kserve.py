@@ -147,3 +147,18 @@ def test_an_output_requested_twice_is_refused(channel: grpc.Channel) -> None:
     del request.outputs[2]
     reply = stub.ModelInfer(request, timeout=10)
     assert [output.name for output in reply.outputs] == ["sum", "product"]
+
+
+def test_stream_infer_is_unimplemented_without_an_error_log(
+    channel: grpc.Channel, server: Server
+) -> None:
+    """ModelStreamInfer is not served: UNIMPLEMENTED, naming ModelInfer, and nothing in the
+    server's log (a client's call is not a server error)."""
+    stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+    request = pb.ModelInferRequest(model_name="scaler")
+    logged = len(server.log.read_text())
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub.ModelStreamInfer(iter([request]), timeout=10))
+    assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    assert "use ModelInfer" in str(caught.value.details())
+    assert "Traceback" not in server.log.read_text()[logged:]
