@@ -459,3 +459,36 @@ def test_reload_of_a_broken_config_names_no_server_path(repo: Path, tmp_path: Pa
                 assert np.allclose(np.frombuffer(good.outputs["y"].tensor_content, np.float32), 3.0)
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "/tensorflow.serving.PredictionService/Predict",
+        "/tensorflow.serving.ModelService/GetModelStatus",
+        "/inference.GRPCInferenceService/ModelInfer",
+        "/grpc.health.v1.Health/Check",
+    ],
+)
+@pytest.mark.parametrize(
+    "raw",
+    [b"\xff\xff\xff\xff", b"\x0a\x04\x0a\x02\xff\xfe", b"\x0a\x05\x0a\x02"],
+    ids=["garbage", "name-not-utf8", "truncated"],
+)
+def test_a_request_that_is_no_protobuf_message_is_invalid_argument(
+    channel: grpc.Channel, server: Server, method: str, raw: bytes
+) -> None:
+    """Bytes that do not parse as the method's message (garbage, a string field that is not
+    UTF-8, a cut message) are the client's mistake: INVALID_ARGUMENT, not grpc's INTERNAL
+    "Exception deserializing request!", and no ERROR traceback in the server's log."""
+    logged = len(server.log.read_text())
+    call = channel.unary_unary(
+        method, request_serializer=lambda b: b, response_deserializer=lambda b: b
+    )
+    code, details = _code(lambda: call(raw, timeout=10))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT, details
+    assert method in details
+    assert "Traceback" not in server.log.read_text()[logged:]
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    good = stub.Predict(_scaler_request(), timeout=10)
+    assert np.allclose(np.frombuffer(good.outputs["y"].tensor_content, np.float32), 3.0)
