@@ -4,7 +4,8 @@ grpc.health.v1 (overall "" and one service per model name) and server reflection
 Servicers only translate: each RPC converts with core.codecs.{tfs,kserve}_grpc and calls the
 data plane (core.dataplane, shared with REST); a ServingError becomes its gRPC status
 (NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE, ...). Oversized messages are refused by grpc itself
-(RESOURCE_EXHAUSTED) from --grpc_max_message_bytes.
+(RESOURCE_EXHAUSTED) from --grpc_max_message_bytes; bytes that are no message of the method are
+INVALID_ARGUMENT (ParseRequests).
 Requests beyond --grpc_workers threads wait in the executor's queue; nothing is rejected.
 """
 
