@@ -11,6 +11,7 @@ metrics never call the model.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -20,7 +21,7 @@ import numpy as np
 from core import metrics
 from core.codecs import documents, images
 from core.codecs.documents import Named, Signed
-from core.errors import NotFoundError, ServingError, VersionNotFoundError
+from core.errors import ConfigError, NotFoundError, ServingError, VersionNotFoundError, relative
 from core.serving.registry import ModelManager, ServedModel, ServedPipeline
 from core.serving.servable import Servable, State
 from core.tensors.limits import Limits, check_inputs
@@ -75,7 +76,7 @@ class DataPlane:
             track.version = servable.version
             inputs = exchange.decode(servable, self.limits)
             inputs = images.decode_inputs(
-                servable.inputs, inputs, servable.color_format, self.limits.max_image_pixels
+                servable.inputs, inputs, servable.color_format, self.limits
             )
             check_inputs(self.limits, servable.inputs, inputs)
             with metrics.inference(servable.name, servable.version):
@@ -145,8 +146,16 @@ class DataPlane:
         }
 
     def reload(self) -> bool:
-        """Re-read the config and the repositories; True when anything changed."""
-        return self.manager.reload()
+        """Re-read the config and the repositories; True when anything changed. A rejected
+        config's error names paths relative to the config's folder: the caller is a client
+        (the server's log keeps the full path)."""
+        try:
+            return self.manager.reload()
+        except ConfigError as exc:
+            folder = os.path.dirname(self.manager.settings.config_path or "")
+            if not folder:
+                raise
+            raise ConfigError(relative(exc.message, folder)) from None
 
     @property
     def ready(self) -> bool:

@@ -4,7 +4,8 @@ grpc.health.v1 (overall "" and one service per model name) and server reflection
 Servicers only translate: each RPC converts with core.codecs.{tfs,kserve}_grpc and calls the
 data plane (core.dataplane, shared with REST); a ServingError becomes its gRPC status
 (NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE, ...). Oversized messages are refused by grpc itself
-(RESOURCE_EXHAUSTED) from --grpc_max_message_bytes.
+(RESOURCE_EXHAUSTED) from --grpc_max_message_bytes; bytes that are no message of the method are
+INVALID_ARGUMENT (ParseRequests).
 Requests beyond --grpc_workers threads wait in the executor's queue; nothing is rejected.
 """
 
@@ -22,6 +23,7 @@ from concurrent import futures
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
@@ -74,6 +76,50 @@ def _rpc(method: Method[Req, Resp]) -> Method[Req, Resp]:
         raise AssertionError("context.abort returned")  # pragma: no cover
 
     return wrapper
+
+
+class ParseRequests(grpc.ServerInterceptor):
+    """Bytes that do not parse as the method's request message (garbage, a cut message, a
+    string field that is not UTF-8) are the client's mistake: INVALID_ARGUMENT. grpc's own
+    parsing answers INTERNAL and logs an ERROR with a traceback for each such call. Unary
+    requests only (streamed ones keep grpc's parsing); one wrapped handler per method."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}  # served methods only
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        handler = self._handlers.get(method)
+        if handler is None:
+            handler = _parsing(method, continuation(handler_call_details))
+            if handler is not None:  # an unknown method is not kept: names are the client's
+                self._handlers[method] = handler
+        return handler
+
+
+def _parsing(method: str, handler: Any) -> Any:
+    """`handler` taking the raw request and parsing it itself (unary requests only)."""
+    if handler is None or handler.request_streaming or handler.request_deserializer is None:
+        return handler
+    parse = handler.request_deserializer
+    kind = "unary_stream" if handler.response_streaming else "unary_unary"
+    behavior = getattr(handler, kind)
+
+    def parsed(raw: bytes, context: grpc.ServicerContext) -> Any:
+        try:
+            request = parse(raw)
+        except DecodeError:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Invalid request: not a protobuf message of {method}",
+            )
+        return behavior(request, context)
+
+    return handler._replace(request_deserializer=None, **{kind: parsed})
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
@@ -157,6 +203,13 @@ class InferenceService(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServicer):
             dataplane.KSERVE_INFER, request.model_name, version, kserve_grpc.InferCall(request)
         )
 
+    def ModelStreamInfer(self, requests: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        """Not served (OVMS streams only to MediaPipe graphs): UNIMPLEMENTED, without the
+        error log and traceback grpc writes for the generated stub's NotImplementedError."""
+        context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "ModelStreamInfer is not served here: use ModelInfer"
+        )
+
 
 class ModelHealth(health.HealthServicer):
     """grpc.health.v1 with "" = the server and one service per model name: SERVING while the
@@ -221,7 +274,7 @@ def build(
         "grpc.so_reuseport": 0,  # a port in use is an error, not a silent share
         **dict(getattr(args, "grpc_channel_arguments", [])),
     }  # the user's win
-    server = grpc.server(executor, options=list(options.items()))
+    server = grpc.server(executor, interceptors=[ParseRequests()], options=list(options.items()))
     plane = DataPlane(manager, "gRPC", manager.settings.limits)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         PredictionService(plane), server

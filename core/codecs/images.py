@@ -21,6 +21,7 @@ import numpy as np
 from core.errors import ImageDecodeError, InvalidInputError
 from core.tensors import dtypes
 from core.tensors.limits import DEFAULT as DEFAULT_LIMITS
+from core.tensors.limits import Limits, check_shape
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -34,10 +35,11 @@ def decode_inputs(
     specs: Mapping[str, TensorSpec],
     inputs: Inputs,
     color_format: str = "BGR",
-    max_pixels: int = DEFAULT_LIMITS.max_image_pixels,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Inputs:
     """`inputs` with every batch of encoded images sent to a numeric input decoded to that
-    input's layout, size and precision; other inputs pass through untouched."""
+    input's layout, size and precision; other inputs pass through untouched. The decoded
+    batch is held to `limits` before it is built (a few bytes of png become ~600 KB each)."""
     decoded = dict(inputs)
     for name, array in inputs.items():
         spec = specs.get(name)
@@ -48,7 +50,7 @@ def decode_inputs(
                 "Received binary image input but resource not configured to accept "
                 f"NHWC layout; input name: {name}"
             )
-        decoded[name] = decode_batch(array, spec, color_format, max_pixels)
+        decoded[name] = decode_batch(array, spec, color_format, limits)
     return decoded
 
 
@@ -56,9 +58,11 @@ def decode_batch(
     items: np.ndarray,
     spec: TensorSpec,
     color_format: str = "BGR",
-    max_pixels: int = DEFAULT_LIMITS.max_image_pixels,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> np.ndarray:
-    """A 1-D object array of encoded images -> one N,H,W,C or N,C,H,W array."""
+    """A 1-D object array of encoded images -> one N,H,W,C or N,C,H,W array. The batch's
+    size is checked against `limits` from the model's dims when they are static, else from
+    the first image (all must share its resolution), before the rest are decoded."""
     if items.ndim != 1 or items.size == 0:
         raise InvalidInputError(
             f"Binary image input must be a 1-D batch of images; input name: {spec.name}"
@@ -70,20 +74,37 @@ def decode_batch(
         else (spec.dims[2], spec.dims[3], spec.dims[1])
     )
     dtype = np.dtype(spec.dtype.numpy)
-    decoded = []
+    if all(low == high != -1 for low, high in (height, width, channels)):
+        _check_batch(limits, len(items), (height[0], width[0], channels[0]), spec, dtype)
+    decoded: list[np.ndarray] = []
     for item in items:
-        pixels = _decode_one(item, spec.name, channels[1], max_pixels)
+        pixels = _decode_one(item, spec.name, channels[1], limits.max_image_pixels)
         size = (_target(height, pixels.shape[0]), _target(width, pixels.shape[1]))
+        shape = (*size, pixels.shape[2])
+        if not decoded:
+            _check_batch(limits, len(items), shape, spec, dtype)
+        elif shape != decoded[0].shape:
+            raise InvalidInputError(
+                "Binary input images for this endpoint are required to have the same "
+                f"resolution; input name: {spec.name}"
+            )
         decoded.append(_bgr(resize_linear(pixels, *size, _work_type(dtype)), color_format))
-    if len({image.shape for image in decoded}) > 1:
-        raise InvalidInputError(
-            "Binary input images for this endpoint are required to have the same resolution; "
-            f"input name: {spec.name}"
-        )
     batch = np.stack(decoded)
     if layout == "NCHW":
         batch = batch.transpose(0, 3, 1, 2)
     return np.ascontiguousarray(_cast(batch, dtype))
+
+
+def _check_batch(
+    limits: Limits, count: int, image: tuple[int, ...], spec: TensorSpec, dtype: np.dtype
+) -> None:
+    """`count` images of `image` (H,W,C) within the limits, as the decoded input's shape."""
+    height, width, channels = image
+    layout = spec.image_layout or "NHWC"
+    shape = (
+        [count, height, width, channels] if layout == "NHWC" else [count, channels, height, width]
+    )
+    check_shape(limits, shape, spec.name, dtype.itemsize)
 
 
 def _decode_one(data: object, name: str, channels: int, max_pixels: int) -> np.ndarray:

@@ -41,10 +41,11 @@ _CONTENTS = {
 
 
 def parse_version(text: str) -> int | None:
-    """ "" and "0" mean the default version; anything but digits is rejected."""
+    """ "" and "0" mean the default version; anything but ASCII digits is rejected (str.isdigit
+    alone takes "²", which int() refuses, and "١", which int() reads as 1)."""
     if not text:
         return None
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise InvalidInputError(f"Model version is invalid format: {text[:20]}")
     return int(text) or None
 
@@ -123,11 +124,14 @@ def encode(
 
 
 def requested_outputs(request: pb.ModelInferRequest, served: Mapping[str, object]) -> list[str]:
-    """The names of the outputs the request asks for, each one an output the servable serves."""
+    """The names of the outputs the request asks for, each one an output the servable serves,
+    asked for once (as Triton answers; each repeat would put another copy in the reply)."""
     wanted = [item.name for item in request.outputs]
-    for name in wanted:
+    for index, name in enumerate(wanted):
         if name not in served:
             raise InvalidInputError(f"Requested output is not served by the model: {name}")
+        if name in wanted[:index]:
+            raise InvalidInputError(f"output '{name}' already requested")
     return wanted
 
 

@@ -141,11 +141,14 @@ def require_spec(
 
 
 def check_filter(wanted: Iterable[str], served: Mapping[str, object]) -> list[str]:
-    """The output_filter's names, each one an output the servable serves."""
+    """The output_filter's names, each one an output the servable serves, named once (TF
+    Serving's rule: a reply holds each output once)."""
     names = list(wanted)
-    for name in names:
+    for index, name in enumerate(names):
         if name not in served:
             raise InvalidInputError(f"output_filter names an unknown output: {name}")
+        if name in names[:index]:
+            raise InvalidInputError(f"duplicate output tensor alias: {name}")
     return names
 
 

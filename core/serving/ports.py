@@ -26,9 +26,22 @@ def read_outputs(
     outputs: dict[str, np.ndarray] = {}
     for index, (name, value) in enumerate(zip(names, results.to_tuple(), strict=True)):
         if specs[name].dtype is dtypes.BYTES:
-            value = dtypes.as_bytes_array(request.get_output_tensor(index).bytes_data)
+            value = _strings(request.get_output_tensor(index))
         outputs[name] = np.asarray(value)
     return outputs
+
+
+def _strings(tensor: ov.Tensor) -> np.ndarray:
+    """A string output as an object array of bytes. OpenVINO's Tensor.bytes_data (2026.4)
+    misreads two cases: no elements (the process dies of SIGFPE) and every element empty (one
+    stale byte of memory per element, an earlier request's data). Its str_data tells the
+    empty ones apart; bytes_data stays the reader otherwise (str_data replaces non-UTF-8)."""
+    if tensor.get_size() == 0:
+        return np.empty(tuple(tensor.get_shape()), dtype=object)
+    data = tensor.bytes_data
+    if data.dtype.itemsize == 1 and not any(text for text in tensor.str_data.flat):
+        return np.full(data.shape, b"", dtype=object)
+    return dtypes.as_bytes_array(data)
 
 
 def port_name(port: ov.Output) -> str:

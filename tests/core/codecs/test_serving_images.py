@@ -13,6 +13,12 @@ import pytest
 import tritonclient.http as triton
 from PIL import Image
 
+from core.codecs import images
+from core.errors import InvalidInputError
+from core.tensors import dtypes
+from core.tensors.limits import Limits
+from core.tensors.shapes import ANY
+from core.tensors.spec import TensorSpec
 from tests.core.helpers import (
     RunningServer,
     Zoo,
@@ -200,3 +206,19 @@ def test_batch_of_two_to_a_batch_one_model_is_400(zoo_server: RunningServer) -> 
     assert response.status_code == 400, response.text
     assert error_of(response).startswith("Invalid input batch size - Expected: 1; Actual: 2")
     _good(zoo_server)
+
+
+def test_batch_for_any_image_size_is_held_to_the_limit_from_its_first_image() -> None:
+    """A model taking any H x W: 50 pngs of 160x120 make a 50x120x160x3 float batch (11.5
+    MB), refused from the first image's size against a 1 MiB limit; an image of another
+    size than the first is refused as OVMS refuses it."""
+    spec = TensorSpec("img", dtypes.BY_KSERVE["FP32"], (ANY, ANY, ANY, (3, 3)), "NHWC")
+    items = np.empty(50, dtype=object)
+    items[:] = [PNG] * 50
+    limit = "Input img of 11520000 bytes exceeds the limit of 1048576 bytes"
+    with pytest.raises(InvalidInputError, match=limit):
+        images.decode_batch(items, spec, limits=Limits(max_tensor_bytes=1 << 20))
+    assert images.decode_batch(items[:2], spec).shape == (2, 120, 160, 3)
+    items[1] = JPEG
+    with pytest.raises(InvalidInputError, match="required to have the same resolution"):
+        images.decode_batch(items, spec)

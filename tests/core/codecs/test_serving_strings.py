@@ -371,6 +371,72 @@ def test_kserve_stub_bytes_contents(server: Server) -> None:
     assert np.frombuffer(reply.raw_output_contents[0], np.int32).tolist() == [2, 4]
 
 
+def test_string_output_without_elements_keeps_the_server_up(server: Server) -> None:
+    """An empty index picks no rows: a [0, 2] string output, answered on both gRPC APIs.
+    (OpenVINO's Tensor.bytes_data of a string tensor without elements dies of SIGFPE; the
+    server must not read it.)"""
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "pick"
+    text = request.inputs["text"]
+    text.dtype = types_pb2.DT_STRING
+    text.tensor_shape.dim.add(size=1)
+    text.tensor_shape.dim.add(size=2)
+    text.string_val.extend([b"a", b"b"])
+    index = request.inputs["index"]
+    index.dtype = types_pb2.DT_INT32
+    index.tensor_shape.dim.add(size=0)
+    infer = kserve_pb.ModelInferRequest(model_name="pick")
+    infer.inputs.add(name="text", datatype="BYTES", shape=[1, 2]).contents.bytes_contents.extend(
+        [b"a", b"b"]
+    )
+    infer.inputs.add(name="index", datatype="INT32", shape=[0])
+    with grpc.insecure_channel(server.target) as channel:
+        tfs = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(
+            request, timeout=30
+        )
+        kserve = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+            infer, timeout=30
+        )
+    out: tensor_pb2.TensorProto = tfs.outputs["picked"]
+    assert out.dtype == types_pb2.DT_STRING
+    assert [d.size for d in out.tensor_shape.dim] == [0, 2] and list(out.string_val) == []
+    assert (kserve.outputs[0].datatype, list(kserve.outputs[0].shape)) == ("BYTES", [0, 2])
+    assert list(kserve.raw_output_contents) == [b""]
+    rest = _post(server, "/v1/models/pick:predict", {"inputs": {"text": [["a"]], "index": []}})
+    assert rest.status_code == 200, rest.text
+    assert rest.json() == {"outputs": []}
+
+
+def test_string_outputs_all_empty_come_back_empty(server: Server) -> None:
+    """Every picked element empty: each comes back b"", on both gRPC APIs, after a call that
+    left other strings in memory (OpenVINO's Tensor.bytes_data reads one stale byte per element
+    when all are empty: "x" or garbage came back)."""
+    with grpc.insecure_channel(server.target) as channel:
+        triton = triton_grpc.InferenceServerClient(server.target)
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        for _ in range(3):
+            for words in ([b"xy", b"x"], [b"", b""]):
+                text = triton_grpc.InferInput("text", [1, 2], "BYTES")
+                text.set_data_from_numpy(_objects(*words).reshape(1, 2))
+                index = triton_grpc.InferInput("index", [2], "INT32")
+                index.set_data_from_numpy(np.array([0, 0], np.int32))
+                got = triton.infer("pick", [text, index]).as_numpy("picked")
+                assert got is not None and got.tolist() == [words, words]
+                request = predict_pb2.PredictRequest()
+                request.model_spec.name = "pick"
+                proto = request.inputs["text"]
+                proto.dtype = types_pb2.DT_STRING
+                proto.tensor_shape.dim.add(size=2)
+                proto.tensor_shape.dim.add(size=1)
+                proto.string_val.extend(words)
+                rows = request.inputs["index"]
+                rows.dtype = types_pb2.DT_INT32
+                rows.tensor_shape.dim.add(size=2)
+                rows.int_val.extend([1, 1])
+                reply = stub.Predict(request, timeout=30)
+                assert list(reply.outputs["picked"].string_val) == [words[1], words[1]]
+
+
 # -- pipelines with a Python custom node -------------------------------------------------------
 
 

@@ -103,3 +103,62 @@ def test_tritonclient_bytes_jpeg_to_image_input(server: Server, repo: Path) -> N
     batch = decode_like_ovms(images[0])[None]
     want = direct(repo / "classifier" / "1" / "model.xml", {"input": batch})["probabilities"]
     assert got is not None and np.allclose(got, want, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "version", ["\u00b2", "\u0661", "1\u00b2"], ids=["sup2", "arabic1", "1sup2"]
+)
+def test_versions_other_than_ascii_digits_are_invalid(channel: grpc.Channel, version: str) -> None:
+    """A version of Unicode digits ("²", Arabic-Indic "١") is an invalid format, as any
+    non-digit is: not an internal error, and not read as some other version number."""
+    stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+    infer = pb.ModelInferRequest(model_name="scaler", model_version=version)
+    infer.inputs.add(name="x", datatype="FP32", shape=[1, 4]).contents.fp32_contents.extend(
+        [1, 2, 3, 4]
+    )
+    calls = [
+        lambda: stub.ModelInfer(infer, timeout=10),
+        lambda: stub.ModelReady(pb.ModelReadyRequest(name="scaler", version=version), timeout=10),
+        lambda: stub.ModelMetadata(
+            pb.ModelMetadataRequest(name="scaler", version=version), timeout=10
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.RpcError) as caught:
+            call()
+        assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+        assert "Model version is invalid format" in str(caught.value.details())
+
+
+def test_an_output_requested_twice_is_refused(channel: grpc.Channel) -> None:
+    """As Triton answers: "output 'sum' already requested". Each repeat used to add a copy of
+    the output to the reply: 20000 repeats in a 1 MB request made an 80 MB reply."""
+    stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+    request = pb.ModelInferRequest(model_name="two_inputs")
+    for name in ("a", "b"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+        request.raw_input_contents.append(np.ones(4, np.float32).tobytes())
+    for name in ("sum", "product", "sum"):
+        request.outputs.add(name=name)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(request, timeout=10)
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == "output 'sum' already requested"
+    del request.outputs[2]
+    reply = stub.ModelInfer(request, timeout=10)
+    assert [output.name for output in reply.outputs] == ["sum", "product"]
+
+
+def test_stream_infer_is_unimplemented_without_an_error_log(
+    channel: grpc.Channel, server: Server
+) -> None:
+    """ModelStreamInfer is not served: UNIMPLEMENTED, naming ModelInfer, and nothing in the
+    server's log (a client's call is not a server error)."""
+    stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+    request = pb.ModelInferRequest(model_name="scaler")
+    logged = len(server.log.read_text())
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub.ModelStreamInfer(iter([request]), timeout=10))
+    assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    assert "use ModelInfer" in str(caught.value.details())
+    assert "Traceback" not in server.log.read_text()[logged:]

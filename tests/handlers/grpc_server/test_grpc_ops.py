@@ -28,6 +28,8 @@ from protos.gen.kserve import grpc_predict_v2_pb2_grpc
 from protos.gen.tensorflow.core.framework import tensor_pb2, types_pb2
 from protos.gen.tensorflow_serving.apis import (
     get_model_metadata_pb2,
+    model_management_pb2,
+    model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
 )
@@ -376,3 +378,117 @@ def test_grpc_only_mode_takes_ovms_channel_arguments_and_metrics_list(
         assert re.findall(r"^# TYPE (\S+) ", text, re.M) == ["ovms_requests_fail"]
     finally:
         running.stop()
+
+
+def _peak_rss_kib(server: Server) -> int:
+    """The server process's peak resident memory so far (Linux VmHWM)."""
+    status = Path(f"/proc/{server.proc.pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1))  # type: ignore[union-attr]
+
+
+def test_image_batch_over_the_tensor_limit_is_refused_before_decoding(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, png_1x1: bytes
+) -> None:
+    """400 one-pixel pngs (~28 KB) would decode to 400 224x224x3 float images (240 MB):
+    over an 8 MiB tensor limit, the call is refused before the images are decoded (the peak
+    memory barely moves), and the model keeps serving."""
+    monkeypatch.setenv("OVS_MAX_TENSOR_BYTES", str(8 << 20))
+    config = tmp_path / "config.json"
+    entry = {"name": "classifier", "base_path": str(repo / "classifier")}
+    config.write_text(json.dumps({"model_config_list": [{"config": entry}]}))
+    server = Server.start(config, tmp_path, rest=False)
+
+    def images(count: int) -> predict_pb2.PredictRequest:
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "classifier"
+        proto = request.inputs["input"]
+        proto.dtype = types_pb2.DT_STRING
+        proto.tensor_shape.dim.add(size=count)
+        proto.string_val.extend([png_1x1] * count)
+        return request
+
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            stub.Predict(images(2), timeout=60)  # warm: Pillow imported, buffers allocated
+            before = _peak_rss_kib(server)
+            code, details = _code(lambda: stub.Predict(images(400), timeout=60))
+            assert code is grpc.StatusCode.INVALID_ARGUMENT, details
+            assert "exceeds the limit of 8388608 bytes" in details
+            assert _peak_rss_kib(server) - before < 100 * 1024
+            reply = stub.Predict(images(13), timeout=60)  # 13 x 602112 bytes: within 8 MiB
+            assert [d.size for d in reply.outputs["probabilities"].tensor_shape.dim] == [13, 1000]
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def png_1x1() -> bytes:
+    from io import BytesIO
+
+    from PIL import Image
+
+    buffer = BytesIO()
+    Image.new("RGB", (1, 1), (10, 20, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_reload_of_a_broken_config_names_no_server_path(repo: Path, tmp_path: Path) -> None:
+    """HandleReloadConfigRequest on a config that is no longer JSON, then gone: INVALID_ARGUMENT
+    naming config.json relative to its folder (the server's absolute paths stay in its log),
+    and the loaded model keeps serving."""
+    config = tmp_path / "config.json"
+    entry = {"name": "scaler", "base_path": str(repo / "scaler")}
+    config.write_text(json.dumps({"model_config_list": [{"config": entry}]}))
+    server = Server.start(config, tmp_path, rest=False)
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            models = model_service_pb2_grpc.ModelServiceStub(channel)
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            reload = model_management_pb2.ReloadConfigRequest()
+            for broken in ("{not json", None):
+                if broken is None:
+                    config.unlink()
+                else:
+                    config.write_text(broken)
+                code, details = _code(lambda: models.HandleReloadConfigRequest(reload, timeout=30))
+                assert code is grpc.StatusCode.INVALID_ARGUMENT, details
+                assert "config.json" in details and str(tmp_path) not in details, details
+                assert str(tmp_path.resolve()) not in details, details
+                good = stub.Predict(_scaler_request(), timeout=10)
+                assert np.allclose(np.frombuffer(good.outputs["y"].tensor_content, np.float32), 3.0)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "/tensorflow.serving.PredictionService/Predict",
+        "/tensorflow.serving.ModelService/GetModelStatus",
+        "/inference.GRPCInferenceService/ModelInfer",
+        "/grpc.health.v1.Health/Check",
+    ],
+)
+@pytest.mark.parametrize(
+    "raw",
+    [b"\xff\xff\xff\xff", b"\x0a\x04\x0a\x02\xff\xfe", b"\x0a\x05\x0a\x02"],
+    ids=["garbage", "name-not-utf8", "truncated"],
+)
+def test_a_request_that_is_no_protobuf_message_is_invalid_argument(
+    channel: grpc.Channel, server: Server, method: str, raw: bytes
+) -> None:
+    """Bytes that do not parse as the method's message (garbage, a string field that is not
+    UTF-8, a cut message) are the client's mistake: INVALID_ARGUMENT, not grpc's INTERNAL
+    "Exception deserializing request!", and no ERROR traceback in the server's log."""
+    logged = len(server.log.read_text())
+    call = channel.unary_unary(
+        method, request_serializer=lambda b: b, response_deserializer=lambda b: b
+    )
+    code, details = _code(lambda: call(raw, timeout=10))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT, details
+    assert method in details
+    assert "Traceback" not in server.log.read_text()[logged:]
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    good = stub.Predict(_scaler_request(), timeout=10)
+    assert np.allclose(np.frombuffer(good.outputs["y"].tensor_content, np.float32), 3.0)

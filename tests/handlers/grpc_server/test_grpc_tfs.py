@@ -163,3 +163,26 @@ def test_stub_jpeg_string_val(channel: grpc.Channel, repo: Path) -> None:
     want = direct(_xml(repo, "classifier"), {"input": batch})["probabilities"]
     assert got.shape == (2, 1000)
     assert np.allclose(got, want, rtol=1e-3, atol=1e-5)
+
+
+def test_stub_output_filter_names_each_output_once(channel: grpc.Channel) -> None:
+    """An output named twice in output_filter is refused as TF Serving refuses it (it used to
+    come back once, its shape written twice: [2, 4, 2, 4] over 8 values)."""
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    a, b = RNG.random((2, 4), dtype=np.float32), RNG.random((2, 4), dtype=np.float32)
+    request = _request(
+        "two_inputs",
+        a=_tensor(types_pb2.DT_FLOAT, a.shape, tensor_content=a.tobytes()),
+        b=_tensor(types_pb2.DT_FLOAT, b.shape, tensor_content=b.tobytes()),
+    )
+    request.output_filter.extend(["sum", "sum"])
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.Predict(request, timeout=10)
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == "duplicate output tensor alias: sum"
+    del request.output_filter[:]
+    request.output_filter.extend(["product", "sum"])
+    reply = stub.Predict(request, timeout=10)
+    assert sorted(reply.outputs) == ["product", "sum"]
+    assert np.allclose(_array(reply.outputs["sum"]), a + b)
+    assert np.allclose(_array(reply.outputs["product"]), a * b)
