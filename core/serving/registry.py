@@ -89,12 +89,7 @@ class ModelManager:
         started = time.perf_counter()
         with self._reload_lock:
             current = dict(self.models)
-            reopened = {
-                m.name
-                for m in config.models
-                if (m.name not in current or current[m.name].config != m)
-                and self._broken.get(m.name) != m
-            }
+            reopened = self._to_open(config, current)
             for model_config in config.models:
                 if model_config.name in reopened:
                     current[model_config.name] = self._open(model_config)
@@ -116,6 +111,23 @@ class ModelManager:
         self.timings["config_apply_s"] = time.perf_counter() - started
         return changed or bool(outgoing)
 
+    def _to_open(self, config: ServerConfig, current: dict[str, ServedModel]) -> set[str]:
+        """The models to open: new, or with a changed config, less a change that already
+        failed as is (the previous config keeps serving). A model whose failed change was
+        undone gets its status back."""
+        self._broken = {n: c for n, c in self._broken.items() if n in current}
+        names = set()
+        for model_config in config.models:
+            served = current.get(model_config.name)
+            if served is None:
+                names.add(model_config.name)
+            elif served.config == model_config:
+                if self._broken.pop(model_config.name, None) is not None:
+                    served.config_restored()
+            elif self._broken.get(model_config.name) != model_config:
+                names.add(model_config.name)
+        return names
+
     def _keep_old_when_broken(
         self, current: dict[str, ServedModel], reopened: set[str]
     ) -> dict[str, ServedModel]:
@@ -128,11 +140,16 @@ class ModelManager:
                 and not new.available
                 and not self.settings.lazy_load
             ):
+                failure = new.failure()
                 log.error(
-                    "Model %s: the new config failed to load; the previous config keeps serving",
+                    "Model %s: the new config failed to load (%s); the previous config keeps "
+                    "serving",
                     name,
+                    failure,
                 )
                 self._broken[name] = new.config
+                old.keep_serving_despite(failure)
+                new.release_all()
                 current[name] = old
             else:
                 self._broken.pop(name, None)

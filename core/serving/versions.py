@@ -44,6 +44,9 @@ class ServedModel:
     _present: set[int] = field(default_factory=set)  # version folders seen by the last sync
     _wanted: set[int] = field(default_factory=set)  # of those, the ones the policy selects
     _refit_lock: threading.Lock = field(default_factory=threading.Lock)  # one auto reload at once
+    # version -> (its status before, the status saying a changed config failed): see
+    # keep_serving_despite
+    _kept: dict[int, tuple[Status, Status]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -83,6 +86,39 @@ class ServedModel:
             f"Model with requested version is not loaded yet - name: {self.name}; "
             f"version: {number}" + _detail(found.status)
         )
+
+    def failure(self) -> str:
+        """Why no version of this model is AVAILABLE, in the words its status carries."""
+        if self.error:
+            return self.error
+        failed = [v.status for _, v in sorted(self.versions.items()) if v.status.error_code != "OK"]
+        return failed[-1].error_message if failed else "No version is available"
+
+    def keep_serving_despite(self, failure: str) -> None:
+        """A changed config of this model failed to load and this one keeps serving: its
+        AVAILABLE versions' status carries the failure until the config changes again."""
+        message = (
+            f"The changed config failed to load ({failure}); the previous config keeps serving"
+        )
+        for number, version in self.versions.items():
+            if version.available:
+                before = self._kept[number][0] if number in self._kept else version.status
+                version.status = Status(State.AVAILABLE, "UNKNOWN", message)
+                self._kept[number] = (before, version.status)
+
+    def config_restored(self) -> None:
+        """The config is this model's own again: its versions' status no longer carries the
+        failure of the changed one (unless something else changed that status since)."""
+        for number, (before, failed) in self._kept.items():
+            version = self.versions.get(number)
+            if version is not None and version.status is failed:
+                version.status = before
+        self._kept = {}
+
+    def release_all(self) -> None:
+        """Never published: give back the files its versions fetched."""
+        for version in self.versions.values():
+            self.repository.release(version.files)
 
     def sync(self, load: bool = True) -> bool:
         """Bring versions in line with the repository and the version policy.

@@ -183,6 +183,65 @@ def test_failed_replacement_shows_in_the_status_until_good_files_replace_it(tmp_
     assert _predict(send, "m") == (200, 6.0)
 
 
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"shape": {"nope": "(1,4)"}}, "input that the model does not have: nope"),
+        ({"base_path": "nowhere"}, "base path is invalid"),
+    ],
+)
+def test_a_changed_config_that_fails_shows_in_the_status_while_the_old_one_serves(
+    tmp_path: Path, change: dict[str, Any], reason: str
+) -> None:
+    put_version(tmp_path / "m", 1, factor=2.0)
+    entries = [{"name": "m", "base_path": "m"}]
+    config = write_config_atomic(tmp_path / "config.json", entries)
+    app = start_app(settings(tmp_path, config))
+    send = app_sender(app)
+    write_config_atomic(config, [{**entries[0], **change}])
+    status, doc = send("POST", "/v1/config/reload")
+    assert status == 201, doc
+    (listed,) = doc["m"]["model_version_status"]
+    assert listed["state"] == "AVAILABLE"
+    assert listed["status"]["error_code"] == "UNKNOWN"
+    message = listed["status"]["error_message"]
+    assert "changed config failed to load" in message and reason in message, message
+    assert str(tmp_path) not in message
+    assert _predict(send, "m") == (200, 2.0)  # the previous config keeps serving
+    assert send("POST", "/v1/config/reload")[0] == 200  # not retried as is
+    assert states(send, "m")[1] == ("AVAILABLE", message)
+    write_config_atomic(config, entries)  # the edit undone: the serving config is right again
+    send("POST", "/v1/config/reload")
+    assert states(send, "m") == {1: ("AVAILABLE", "OK")}
+    assert _predict(send, "m") == (200, 2.0)
+
+
+def test_a_model_back_in_the_config_with_the_change_that_failed_is_loaded_again(
+    tmp_path: Path,
+) -> None:
+    put_version(tmp_path / "m", 1, factor=2.0)
+    put_version(tmp_path / "n", 1, factor=3.0)
+    good = {"name": "m", "base_path": "m"}
+    broken = {**good, "shape": {"nope": "(1,4)"}}
+    other = {"name": "n", "base_path": "n"}
+    config = write_config_atomic(tmp_path / "config.json", [good])
+    app = start_app(settings(tmp_path, config))
+    send = app_sender(app)
+    write_config_atomic(config, [broken])
+    assert send("POST", "/v1/config/reload")[0] == 201  # m keeps its previous config
+    write_config_atomic(config, [other])
+    assert send("POST", "/v1/config/reload")[0] == 201  # m removed
+    write_config_atomic(config, [broken, other])
+    status, doc = send("POST", "/v1/config/reload")
+    assert status == 201, doc  # was a 500 (KeyError), and every later reload too
+    assert states(send, "m")[1][0] == "LOADING"  # nothing kept: the failed config is m's now
+    assert "does not have: nope" in states(send, "m")[1][1]
+    write_config_atomic(config, [good, other])
+    assert send("POST", "/v1/config/reload")[0] == 201
+    assert _predict(send, "m") == (200, 2.0)
+    assert _predict(send, "n") == (200, 3.0)
+
+
 def test_removed_version_finishes_its_in_flight_requests(tmp_path: Path) -> None:
     for version in (1, 2):
         put_version(tmp_path / "m", version)
