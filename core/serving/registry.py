@@ -22,6 +22,7 @@ from core.runtime.host import Host
 from core.runtime.ov_core import add_extension
 from core.serving.model import RETIRE_GRACE_S, ModelVersion
 from core.serving.pipeline import Pipeline
+from core.serving.servable import State, Status
 from core.serving.versions import ServedModel, cause
 from core.storage import VersionFiles, open_repository
 
@@ -34,6 +35,7 @@ class ServedPipeline:
 
     config: PipelineConfig
     pipeline: Pipeline
+    libraries: dict[str, Any]  # by name, the custom node libraries it was built with
 
     @property
     def versions(self) -> dict[int, Pipeline]:
@@ -159,12 +161,20 @@ class ModelManager:
         libraries = {lib.name: self._library(lib.name, lib.base_path) for lib in config.libraries}
         pipelines: dict[str, ServedPipeline] = {}
         self.pipeline_errors = {}
+        changed = False
         for pipeline_config in config.pipelines:
             name = pipeline_config.name
             old = self.pipelines.get(name)
             models = {n.model_name for n in pipeline_config.nodes if n.model_name}
+            used = {n.library: libraries.get(n.library) for n in pipeline_config.nodes if n.library}
             intact = models <= set(self.models) and not models & reopened
-            if old is not None and old.config == pipeline_config and intact:
+            if (
+                old is not None
+                and old.config == pipeline_config
+                and intact
+                and _same_libraries(old.libraries, used)
+            ):
+                changed |= _report(old.pipeline, Status(State.AVAILABLE))  # an edit undone
                 pipelines[name] = old
                 continue
             try:
@@ -173,16 +183,21 @@ class ModelManager:
                 log.error("Pipeline %s is invalid: %s", name, exc.message)
                 self.pipeline_errors[name] = exc.message
                 if old is not None and models <= set(self.models):
-                    pipelines[name] = old  # the previous definition keeps serving
+                    message = (
+                        f"Reloading the pipeline failed ({exc.message}); "
+                        "the previous definition keeps serving"
+                    )
+                    changed |= _report(old.pipeline, Status(State.AVAILABLE, "UNKNOWN", message))
+                    pipelines[name] = old
                 continue
-            pipelines[name] = ServedPipeline(pipeline_config, pipeline)
+            pipelines[name] = ServedPipeline(pipeline_config, pipeline, used)
         outgoing = [p for n, p in self.pipelines.items() if pipelines.get(n) is not p]
         self.pipelines = pipelines
         for served in outgoing:  # after a grace, so requests running on it finish
             timer = threading.Timer(RETIRE_GRACE_S, served.pipeline.retire)
             timer.daemon = True
             timer.start()
-        return bool(outgoing) or len(pipelines) != len(config.pipelines)
+        return changed or bool(outgoing) or len(pipelines) != len(config.pipelines)
 
     def _library(self, name: str, base_path: str) -> Any:
         from core.serving.custom_nodes import load_library
@@ -299,6 +314,19 @@ class ModelManager:
         ):
             served.ensure_loaded()
         return served.version(version)
+
+
+def _same_libraries(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """The same library objects (a library moved to another file is a new one)."""
+    return old.keys() == new.keys() and all(new[name] is old[name] for name in new)
+
+
+def _report(pipeline: Pipeline, status: Status) -> bool:
+    """Set a serving pipeline's status; True when that changed it."""
+    if pipeline.status == status:
+        return False
+    pipeline.status = status
+    return True
 
 
 class _Unreadable:

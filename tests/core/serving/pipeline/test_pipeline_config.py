@@ -302,6 +302,48 @@ def test_deinitialize_runs_on_reload_and_unload(
     assert call(app, "POST", "/v1/models/chain:predict", {"inputs": {"x": x}}).status == 404
 
 
+def test_a_library_moved_to_another_file_is_what_its_pipelines_run(
+    repo: Repo, tmp_path: Path
+) -> None:
+    moved = tmp_path / "offset_moved.py"
+    moved.write_text(
+        Path(library("offset"))
+        .read_text()
+        .replace('y + state["offset"]', 'y + state["offset"] + 100')
+    )
+    config = write_config(tmp_path / "config.json", _models(repo), [chain()], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    body = {"inputs": {"x": [[1.0] * 4]}}
+    sums = lambda: tfs_columns(doc(call(app, "POST", "/v1/models/chain:predict", body)))["sum"]  # noqa: E731
+    assert sums().tolist() == [[4.5] * 4]
+    write_config(config, _models(repo), [chain()], {**LIBRARIES, "offset": str(moved)})
+    assert call(app, "POST", "/v1/config/reload").status == 201
+    assert sums().tolist() == [[104.5] * 4]  # was the old file's 4.5, and a 200 "no change"
+
+
+def test_a_changed_pipeline_that_fails_shows_in_its_status_while_the_old_one_serves(
+    repo: Repo, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "config.json", _models(repo), [chain()], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    body = {"inputs": {"x": [[1.0] * 4]}}
+    broken = chain()
+    broken["nodes"][1]["library_name"] = "nolib"
+    write_config(config, _models(repo), [broken], LIBRARIES)
+    reply = call(app, "POST", "/v1/config/reload")
+    assert reply.status == 201
+    (status,) = json.loads(reply.body)["chain"]["model_version_status"]
+    assert (status["state"], status["status"]["error_code"]) == ("AVAILABLE", "UNKNOWN")
+    message = status["status"]["error_message"]
+    assert "Reloading the pipeline failed" in message and "'nolib'" in message, message
+    assert doc(call(app, "POST", "/v1/models/chain:predict", body))["outputs"]["sum"] == [[4.5] * 4]
+    assert call(app, "POST", "/v1/config/reload").status == 200  # the same failure again
+    write_config(config, _models(repo), [chain()], LIBRARIES)  # the edit undone
+    call(app, "POST", "/v1/config/reload")
+    (status,) = doc(call(app, "GET", "/v1/models/chain"))["model_version_status"]
+    assert status["status"] == {"error_code": "OK", "error_message": "OK"}
+
+
 def test_a_pipeline_follows_its_model_to_a_new_version(repo: Repo, tmp_path: Path) -> None:
     root = tmp_path / "models"
     save(scaler(2.0), root / "scaler" / "1")
