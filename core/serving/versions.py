@@ -262,35 +262,41 @@ class ServedModel:
         version = self._new(type(current), current.version, current.files)
         version.fit, version.refit = fit, self.refit
         serving = current.status
-        current.status = Status(
-            State.AVAILABLE,
-            "OK",
-            f"Reloading for {fit.describe()} (auto); this version serves meanwhile",
+        _unless_retired(
+            current,
+            Status(
+                State.AVAILABLE,
+                "OK",
+                f"Reloading for {fit.describe()} (auto); this version serves meanwhile",
+            ),
         )
         try:
             version.load()
         except BaseException:  # load() reports what it expects; anything else: as it was
-            current.status = serving
+            _unless_retired(current, serving)
             raise
         if not version.available:
             message = (
                 f"Reload for {fit.describe()} failed: {version.status.error_message}; "
                 "the current shape keeps serving"
             )
-            current.status = Status(State.AVAILABLE, version.status.error_code, message)
+            _unless_retired(current, Status(State.AVAILABLE, version.status.error_code, message))
             raise errors.InvalidInputError(
                 f"Model could not be reloaded for the request's shape: {fit.describe()}"
             )
         version.timings["auto_reload_s"] = time.perf_counter() - started
         metrics.AUTO_RELOADS.labels(self.name, str(current.version)).inc()
         with self._lock:
-            published = self.versions.get(current.version) is current
+            published = self.versions.get(current.version) is current and current.available
             if published:
                 self.versions = {**self.versions, current.version: version}
-        if not published:  # replaced by a sync meanwhile: that one serves
-            current.status = serving
-        self._retire(current if published else version, release=False)
-        return version if published else current
+        if published:
+            self._retire(current, release=False)
+            return version
+        # replaced by a sync, or retired with its model, meanwhile: the fitted version is not
+        # published; it answers the request that asked for it while it drains
+        self._retire(version, release=False)
+        return version
 
     def ensure_loaded(self) -> None:
         """Lazy mode: compile versions on first use; then retire what they displace."""
@@ -322,6 +328,12 @@ class ServedModel:
 
             # the exit waits for a drain: it releases OpenVINO objects
             background.start(drain, f"retire-{version.name}-{version.version}")
+
+
+def _unless_retired(version: ModelVersion, status: Status) -> None:
+    """Set a serving version's status, unless it was retired meanwhile (UNLOADING, END)."""
+    if version.status.state is State.AVAILABLE:
+        version.status = status
 
 
 def _version_class(config: ModelConfig, folder: Path | None = None) -> type[ModelVersion]:

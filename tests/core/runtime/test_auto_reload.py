@@ -314,3 +314,37 @@ def test_dynamic_batching_with_auto_is_refused() -> None:
         r"use batch_size -1 \(or a range\), not auto",
     ):
         parse_config(json.dumps(doc).encode())
+
+
+def test_a_model_removed_while_it_reloads_for_a_shape_stays_removed(app: App) -> None:
+    """A config reload that removes the model while an auto reload compiles: the fitted
+    version is not published into the removed model (it served on, listed AVAILABLE)."""
+    done = threading.Event()
+    answers: list[int] = []
+
+    def reload_for_batch_2() -> None:
+        try:
+            answers.append(predict(app, "image_auto", np.zeros((2, 3, 224, 224), np.float32))[0])
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=reload_for_batch_2)
+    thread.start()
+    while not done.is_set():
+        _, doc = call(app, "GET", "/v1/models/image_auto")
+        if "Reloading" in doc["model_version_status"][0]["status"]["error_message"]:
+            break
+    assert not done.is_set(), "the reload ended before the config changed: no race to test"
+    path = Path(app.manager.settings.config_path or "")
+    config = json.loads(path.read_text())
+    config["model_config_list"] = [
+        entry for entry in config["model_config_list"] if entry["config"]["name"] != "image_auto"
+    ]
+    path.write_text(json.dumps(config))
+    assert call(app, "POST", "/v1/config/reload")[0] == 201
+    thread.join()
+    assert answers == [200]  # the request that asked for the reload is answered
+    _, doc = call(app, "GET", "/v1/models/image_auto")
+    assert {v["state"] for v in doc["model_version_status"]} <= {"UNLOADING", "END"}, doc
+    status, _ = predict(app, "image_auto", np.zeros((1, 3, 224, 224), np.float32))
+    assert status == 404
