@@ -17,6 +17,7 @@ import pytest
 
 from core.api import App, make_request
 from core.config import Settings
+from core.serving.model import ModelVersion
 from core.serving.registry import ModelManager
 from core.serving.servable import State
 from demo import models
@@ -316,11 +317,22 @@ def test_dynamic_batching_with_auto_is_refused() -> None:
         parse_config(json.dumps(doc).encode())
 
 
-def test_a_model_removed_while_it_reloads_for_a_shape_stays_removed(app: App) -> None:
+def test_a_model_removed_while_it_reloads_for_a_shape_stays_removed(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A config reload that removes the model while an auto reload compiles: the fitted
     version is not published into the removed model (it served on, listed AVAILABLE)."""
     done = threading.Event()
+    removed = threading.Event()  # the auto reload's compile starts once the model is removed
     answers: list[int] = []
+    load = ModelVersion.load
+
+    def load_after_the_removal(version: ModelVersion) -> None:
+        if threading.current_thread() is thread:
+            removed.wait(30)
+        load(version)
+
+    monkeypatch.setattr(ModelVersion, "load", load_after_the_removal)
 
     def reload_for_batch_2() -> None:
         try:
@@ -342,6 +354,7 @@ def test_a_model_removed_while_it_reloads_for_a_shape_stays_removed(app: App) ->
     ]
     path.write_text(json.dumps(config))
     assert call(app, "POST", "/v1/config/reload")[0] == 201
+    removed.set()
     thread.join()
     assert answers == [200]  # the request that asked for the reload is answered
     _, doc = call(app, "GET", "/v1/models/image_auto")
