@@ -211,7 +211,8 @@ class Server:
         now when 0), answer it; True to keep the connection open."""
         timeout = self._read_timeout
         deadline = (started or time.monotonic()) + timeout if timeout else None
-        sock.settimeout(timeout)
+        if deadline is None:  # else _read_head sets the time left before each read
+            sock.settimeout(None)
         try:
             request, keep = self._read_request(sock, buf, deadline)
         except HttpError as exc:
