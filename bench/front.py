@@ -144,7 +144,7 @@ def serve(front: str, port: int, config: str) -> int:
         threads=4,
         read_timeout=30.0,
         max_body=settings.max_request_bytes,
-        finish=app.finish,
+        refuse=app.refuse,
     )
     server.serve_forever()
     return 0

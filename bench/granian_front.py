@@ -36,8 +36,7 @@ from granian._futures import _new_cbscheduler
 from granian._loops import loops
 from granian.http import HTTP1Settings, HTTP2Settings
 
-from core.api import JSON, Request, Response
-from core.errors import ServingError
+from core.api import Request, Response, refusal
 
 MAX_HEAD = 64 * 1024
 MAX_CONNECTIONS = 1024
@@ -49,12 +48,13 @@ _NO_TLS: tuple[Any, ...] = (False, None, None, None, "tls1.3", None, [], False)
 
 log = logging.getLogger("ov_serverless.http")
 Handler = Callable[[Request], Response]
-Finish = Callable[[Response, Mapping[str, str]], Response]
+# (status, message, path, request headers) -> the answer, in the route's error shape
+Refuse = Callable[[int, str, str, Mapping[str, str]], Response]
+BODY_TIMEOUT = "Request body not received in time (--rest_read_timeout_seconds)"
 
 
-def error(status: int, message: str) -> Response:
-    """An answer of the server itself, in the OVMS error shape."""
-    return Response(status, ServingError(message).to_body(), {"content-type": JSON})
+def _ovms_shape(status: int, message: str, path: str, headers: Mapping[str, str]) -> Response:
+    return refusal(status, message)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -72,11 +72,12 @@ class Server:
         threads: int,
         read_timeout: float,
         max_body: int,
-        finish: Finish | None = None,
+        refuse: Refuse | None = None,
     ) -> None:
-        """`finish`: adds what the app adds to its own answers (CORS) to the server's."""
+        """`refuse`: the server's own answers in the shape of the app's (App.refuse: the
+        route's error shape, CORS); without it, the OVMS error shape."""
         self._handle = handle
-        self._finish = finish
+        self._refuse = refuse or _ovms_shape
         self._listener = listener
         self._port = int(listener.getsockname()[1])
         self._slots = threading.BoundedSemaphore(threads)
@@ -131,15 +132,16 @@ class Server:
 
     def _call(self, proto: Any, environ: dict[str, Any]) -> None:
         headers = _headers(environ)
-        try:
-            body = self._body(proto, environ)
-        except _Refused as exc:
-            response = exc.response
-            if self._finish is not None:
-                response = self._finish(response, headers)
-            proto.response_bytes(response.status, _head(response, close=True), response.body)
-            return
         path = environ["PATH_INFO"].encode("latin-1").decode("utf-8", "replace")
+        try:
+            body = self._body(
+                proto, environ, lambda: self._refuse(408, BODY_TIMEOUT, path, headers)
+            )
+        except _Refused as exc:
+            if exc.status:  # 0: the deadline thread answered already
+                response = self._refuse(exc.status, exc.message, path, headers)
+                proto.response_bytes(response.status, _head(response, close=True), response.body)
+            return
         request = Request(
             environ["REQUEST_METHOD"], path, _query(environ["QUERY_STRING"]), headers, body
         )
@@ -154,32 +156,34 @@ class Server:
             return self._handle(request)
         except Exception as exc:  # App.handle answers its own errors; this is a last guard
             log.exception("REST handler failed for %s %s", request.method, request.path[:200])
-            return error(500, f"Internal server error: {type(exc).__name__}")
+            message = f"Internal server error: {type(exc).__name__}"
+            return self._refuse(500, message, request.path, request.headers)
 
-    def _body(self, proto: Any, environ: Mapping[str, Any]) -> bytes:
+    def _body(
+        self, proto: Any, environ: Mapping[str, Any], timed_out: Callable[[], Response]
+    ) -> bytes:
+        """The request body; `timed_out` makes the 408 the deadline thread sends."""
         length_text = environ.get("CONTENT_LENGTH")
         chunked = "HTTP_TRANSFER_ENCODING" in environ
         if not chunked and not length_text:
             return b""
         if length_text and int(length_text) > self._max_body:
             raise _Refused(
-                error(
-                    413,
-                    f"Request body of {length_text} bytes exceeds the limit "
-                    f"of {self._max_body} bytes",
-                )
+                413,
+                f"Request body of {length_text} bytes exceeds the limit of {self._max_body} bytes",
             )
         limit = self._max_body + 1 if chunked else int(length_text or 0)
-        timed = self._deadlines.add(self._read_timeout, proto) if self._read_timeout else None
+        timeout = self._read_timeout
+        timed = self._deadlines.add(timeout, proto, timed_out) if timeout else None
         try:
             body = bytes(environ["wsgi.input"].read(limit))
         finally:
             if timed is not None and not self._deadlines.remove(timed):
-                raise _Refused(_TIMED_OUT)  # already answered by the deadline thread
+                raise _Refused(0, "")  # already answered by the deadline thread
         if len(body) > self._max_body:
-            raise _Refused(error(413, f"Request body exceeds the limit of {self._max_body} bytes"))
+            raise _Refused(413, f"Request body exceeds the limit of {self._max_body} bytes")
         if not chunked and len(body) < limit:
-            raise _Refused(error(400, "Request body shorter than its Content-Length"))
+            raise _Refused(400, "Request body shorter than its Content-Length")
         return body
 
     def _settings(self) -> tuple[HTTP1Settings, HTTP2Settings]:
@@ -191,28 +195,28 @@ class Server:
 
 
 class _Refused(Exception):
-    def __init__(self, response: Response) -> None:
-        super().__init__(response.status)
-        self.response = response
+    """A request the server answers itself (status 0: answered already)."""
 
-
-_TIMED_OUT = error(408, "Request body not received in time (--rest_read_timeout_seconds)")
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status)
+        self.status = status
+        self.message = message
 
 
 class _Deadlines:
     """One thread that answers 408 for the bodies still unread at their deadline."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Any]] = []
+        self._heap: list[tuple[float, int, Any, Callable[[], Response]]] = []
         self._live: set[int] = set()
         self._ids = itertools.count()
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    def add(self, seconds: float, proto: Any) -> int:
+    def add(self, seconds: float, proto: Any, timed_out: Callable[[], Response]) -> int:
         key = next(self._ids)
         with self._lock:
-            heapq.heappush(self._heap, (time.monotonic() + seconds, key, proto))
+            heapq.heappush(self._heap, (time.monotonic() + seconds, key, proto, timed_out))
             self._live.add(key)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -238,9 +242,10 @@ class _Deadlines:
                 if wait > 0:  # polled, so that adding a deadline wakes no thread
                     self._lock.wait(min(wait, POLL))
                     continue
-                _, key, proto = heapq.heappop(self._heap)
+                _, key, proto, timed_out = heapq.heappop(self._heap)
                 self._live.discard(key)
-            proto.response_bytes(_TIMED_OUT.status, _head(_TIMED_OUT, close=True), _TIMED_OUT.body)
+            response = timed_out()
+            proto.response_bytes(response.status, _head(response, close=True), response.body)
 
 
 def _headers(environ: Mapping[str, Any]) -> dict[str, str]:

@@ -26,7 +26,7 @@ import flask
 import functions_framework
 
 from core.api import Response, error_response, make_request
-from core.errors import PayloadTooLargeError, ServingError
+from core.errors import ServingError
 from handlers import startup
 
 log = logging.getLogger("ov_serverless.cloud_run")
@@ -83,17 +83,11 @@ def predict(request: flask.Request) -> tuple[bytes, int, dict[str, str]]:
         return _reply(error_response(exc))
     limit = app.settings.max_request_bytes
     if (request.content_length or 0) > limit:  # refuse before reading the body
-        return _reply(
-            app.finish(
-                error_response(
-                    PayloadTooLargeError(
-                        f"Request body of {request.content_length} bytes exceeds the limit of "
-                        f"{limit} bytes"
-                    )
-                ),
-                {"origin": request.headers.get("Origin", "")},
-            )
+        message = (
+            f"Request body of {request.content_length} bytes exceeds the limit of {limit} bytes"
         )
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        return _reply(app.refuse(413, message, request.path, headers))
     return _reply(
         app.handle(
             make_request(

@@ -7,12 +7,16 @@ threads and through several copying readers: ~1 ms per 600 KB request on 2 cores
 read straight into one buffer, so a slow or stalled client holds only its own thread.
 
 Limits: a request head of MAX_HEAD bytes (431); a body over `max_body` is refused from its
-Content-Length before it is read (413); a client that stalls mid-request is dropped after
-`read_timeout` seconds (a stalled body gets a 408); an idle keep-alive connection after
-KEEPALIVE_SECONDS; at most MAX_CONNECTIONS at once (503). `threads` requests run the handler
-at once; the rest wait. `shutdown()` (the SIGTERM handler) closes the listener at once, so
-new connections are refused, and closes idle connections; `drain()` waits for the requests
-in flight.
+Content-Length before it is read (413); the whole head must arrive within `read_timeout`
+seconds, counted from the accept for a new connection and from the first byte on a kept-alive
+one (408, as nginx's client_header_timeout: a client sending its head a byte at a time holds
+its connection no longer); a body may pause `read_timeout` seconds between reads (408); a new
+connection that sends nothing is closed after `read_timeout` seconds, an idle keep-alive one
+after KEEPALIVE_SECONDS; at most MAX_CONNECTIONS at once (503). The errors the server answers
+itself take the shape of the route (`refuse`: App.refuse, OpenAI's under /v3). `threads`
+requests run the handler at once; the rest wait. `shutdown()` (the SIGTERM handler) closes the
+listener at once, so new connections are refused, and closes idle connections; `drain()` waits
+for the requests in flight.
 """
 
 from __future__ import annotations
@@ -28,8 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from urllib.parse import parse_qsl, unquote
 
-from core.api import JSON, Request, Response, reason_phrase
-from core.errors import ServingError
+from core.api import Request, Response, reason_phrase, refusal
 
 MAX_HEAD = 64 * 1024
 MAX_HEADERS = 100
@@ -44,16 +47,25 @@ _CONTROL = re.compile(rb"[\r\n\0]")
 
 log = logging.getLogger("ov_serverless.http")
 Handler = Callable[[Request], Response]
-Finish = Callable[[Response, Mapping[str, str]], Response]
+# (status, message, path, request headers) -> the answer, in the route's error shape
+Refuse = Callable[[int, str, str, Mapping[str, str]], Response]
+HEAD_TIMEOUT = "Request head not received in time (--rest_read_timeout_seconds)"
+BODY_TIMEOUT = "Request body not received in time (--rest_read_timeout_seconds)"
 
 
 class HttpError(Exception):
-    """A request the server answers itself (in the OVMS error shape) before closing."""
+    """A request the server answers itself before closing."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
-        self.response = Response(status, ServingError(message).to_body(), {"content-type": JSON})
+        self.status = status
+        self.message = message
+        self.path = ""  # once the request line is read
         self.request_headers: Mapping[str, str] = {}  # once the head is read
+
+
+def _ovms_shape(status: int, message: str, path: str, headers: Mapping[str, str]) -> Response:
+    return refusal(status, message)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -73,11 +85,12 @@ class Server:
         threads: int,
         read_timeout: float,
         max_body: int,
-        finish: Finish | None = None,
+        refuse: Refuse | None = None,
     ) -> None:
-        """`finish`: adds what the app adds to its own answers (CORS) to the server's."""
+        """`refuse`: the server's own answers in the shape of the app's (App.refuse: the
+        route's error shape, CORS); without it, the OVMS error shape."""
         self._handle = handle
-        self._finish = finish
+        self._refuse = refuse or _ovms_shape
         self._listener = listener
         self._slots = threading.BoundedSemaphore(threads)
         self._read_timeout = read_timeout or None  # 0: wait forever
@@ -138,7 +151,7 @@ class Server:
                 if not crowded:
                     self._open += 1
             if crowded:
-                _refuse(sock)
+                _turn_away(sock)
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(
@@ -149,17 +162,21 @@ class Server:
 
     def _connection(self, sock: socket.socket) -> None:
         buf = bytearray()
+        started = time.monotonic()  # the first head's clock runs from the accept
+        wait = min(self._read_timeout or KEEPALIVE_SECONDS, KEEPALIVE_SECONDS)
         try:
-            while self._next_request(sock, buf):
+            while self._next_request(sock, buf, wait):
                 try:
-                    keep = self._exchange(sock, buf)
+                    keep = self._exchange(sock, buf, started)
                 finally:
                     with self._lock:
                         self._busy -= 1
                         self._lock.notify_all()
                 if not keep:
                     break
-        except OSError:  # the client went away or stalled mid-head: nothing to answer
+                wait = KEEPALIVE_SECONDS
+                started = 0.0  # a kept-alive connection's: from the next request's first byte
+        except OSError:  # the client went away: nothing to answer
             pass
         except Exception:  # a bug here must cost one connection, never the server
             log.exception("REST connection failed")
@@ -168,9 +185,9 @@ class Server:
             with self._lock:
                 self._open -= 1
 
-    def _next_request(self, sock: socket.socket, buf: bytearray) -> bool:
-        """Wait (idle, closable by a drain) for the first bytes of the next request; True
-        when they came, counted as busy until the response is sent."""
+    def _next_request(self, sock: socket.socket, buf: bytearray, wait: float) -> bool:
+        """Wait up to `wait` seconds (idle, closable by a drain) for the first bytes of the
+        next request; True when they came, counted as busy until the response is sent."""
         with self._lock:
             if self._stopping:
                 return False
@@ -178,7 +195,7 @@ class Server:
                 self._idle.add(sock)
         try:
             if not buf:
-                sock.settimeout(KEEPALIVE_SECONDS)
+                sock.settimeout(wait)
                 chunk = sock.recv(_RECV)
                 buf += chunk
         except OSError:
@@ -189,15 +206,18 @@ class Server:
                 self._busy += bool(buf)
         return bool(buf)
 
-    def _exchange(self, sock: socket.socket, buf: bytearray) -> bool:
-        """Read one request, answer it; True to keep the connection open."""
-        sock.settimeout(self._read_timeout)
+    def _exchange(self, sock: socket.socket, buf: bytearray, started: float) -> bool:
+        """Read one request (its head due `read_timeout` seconds after `started`, or after
+        now when 0), answer it; True to keep the connection open."""
+        timeout = self._read_timeout
+        deadline = (started or time.monotonic()) + timeout if timeout else None
+        if deadline is None:  # else _read_head sets the time left before each read
+            sock.settimeout(None)
         try:
-            request, keep = self._read_request(sock, buf)
+            request, keep = self._read_request(sock, buf, deadline)
         except HttpError as exc:
-            response = exc.response
-            if self._finish is not None and exc.request_headers:
-                response = self._finish(response, exc.request_headers)
+            sock.settimeout(timeout)
+            response = self._refuse(exc.status, exc.message, exc.path, exc.request_headers)
             _send(sock, response, head_only=False, keep=False)
             return False
         if request is None:
@@ -213,14 +233,21 @@ class Server:
             return self._handle(request)
         except Exception as exc:  # App.handle answers its own errors; this is a last guard
             log.exception("REST handler failed for %s %s", request.method, request.path[:200])
-            return HttpError(500, f"Internal server error: {type(exc).__name__}").response
+            message = f"Internal server error: {type(exc).__name__}"
+            return self._refuse(500, message, request.path, request.headers)
 
-    def _read_request(self, sock: socket.socket, buf: bytearray) -> tuple[Request | None, bool]:
-        head = _read_head(sock, buf)
-        if head is None:
-            return None, False
-        method, target, version, headers = _parse_head(head)
+    def _read_request(
+        self, sock: socket.socket, buf: bytearray, deadline: float | None
+    ) -> tuple[Request | None, bool]:
+        """One request off the socket; an HttpError carries the path and the headers read."""
+        head: bytes | None = None
+        headers: dict[str, str] = {}
         try:
+            head = _read_head(sock, buf, deadline)
+            if head is None:
+                return None, False
+            sock.settimeout(self._read_timeout)  # the body: a pause between reads, each
+            method, target, version, headers = _parse_head(head)
             expect = headers.get("expect", "").lower()
             if expect and expect != "100-continue":
                 raise HttpError(417, f"Unsupported Expect header: {expect[:100]}")
@@ -228,6 +255,7 @@ class Server:
                 sock, buf, headers, continue_first=bool(expect) and version == "HTTP/1.1"
             )
         except HttpError as exc:
+            exc.path = _path_of(head if head is not None else _first_line(buf))
             exc.request_headers = headers
             raise
         path, _, query = target.partition("?")
@@ -262,21 +290,27 @@ class Server:
                 return _read_chunked(sock, buf, self._max_body)
             return _read_exact(sock, buf, int(length_text or 0))
         except TimeoutError:
-            raise HttpError(
-                408, "Request body not received in time (--rest_read_timeout_seconds)"
-            ) from None
+            raise HttpError(408, BODY_TIMEOUT) from None
 
 
 # -- HTTP/1.1 framing ---------------------------------------------------------------------------
 
 
-def _read_head(sock: socket.socket, buf: bytearray) -> bytes | None:
-    while buf.startswith(b"\r\n"):  # RFC 9112 2.2: ignore empty lines before a request
-        del buf[:2]
-    while (end := buf.find(b"\r\n\r\n")) < 0:
+def _read_head(sock: socket.socket, buf: bytearray, deadline: float | None) -> bytes | None:
+    """The request head, due by `deadline` (time.monotonic(); None: no limit) as a whole,
+    however the client spaces its bytes; None when the client closes first."""
+    while (end := _head_end(buf)) < 0:
         if len(buf) > MAX_HEAD:
             raise HttpError(431, f"Request head exceeds {MAX_HEAD} bytes")
-        chunk = sock.recv(_RECV)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise HttpError(408, HEAD_TIMEOUT)
+            sock.settimeout(left)
+        try:
+            chunk = sock.recv(_RECV)
+        except TimeoutError:
+            raise HttpError(408, HEAD_TIMEOUT) from None
         if not chunk:
             return None
         buf += chunk
@@ -285,6 +319,35 @@ def _read_head(sock: socket.socket, buf: bytearray) -> bytes | None:
     head = bytes(buf[:end])
     del buf[: end + 4]
     return head
+
+
+def _head_end(buf: bytearray) -> int:
+    """Where the head in `buf` ends (-1: not yet); RFC 9112 2.2: empty lines before a
+    request are dropped."""
+    while buf.startswith(b"\r\n"):
+        del buf[:2]
+    return buf.find(b"\r\n\r\n")
+
+
+def _first_line(buf: bytearray) -> bytes:
+    """The request line of a head still being read, once complete (else b"")."""
+    end = buf.find(b"\r\n")
+    return bytes(buf[:end]) if end >= 0 else b""
+
+
+def _path_of(head: bytes) -> str:
+    """The path of a head's request line, for the shape of an error; "" when unreadable."""
+    parts = head.split(b"\r\n", 1)[0].split(b" ")
+    if len(parts) != 3 or _CONTROL.search(parts[1]):
+        return ""
+    return unquote(_origin_form(parts[1].decode("latin-1")).partition("?")[0])
+
+
+def _origin_form(target: str) -> str:
+    """The target as a path (and query): the absolute form keeps its path."""
+    if target.startswith(("http://", "https://")):
+        return "/" + target.split("/", 3)[3] if target.count("/") >= 3 else "/"
+    return target
 
 
 def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
@@ -297,8 +360,7 @@ def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
     method, target, version = (part.decode("latin-1") for part in parts)
     if version not in ("HTTP/1.1", "HTTP/1.0"):
         raise HttpError(505, f"Unsupported HTTP version: {version[:20]}")
-    if target.startswith(("http://", "https://")):  # absolute form: keep the path
-        target = "/" + target.split("/", 3)[3] if target.count("/") >= 3 else "/"
+    target = _origin_form(target)
     headers: dict[str, str] = {}
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
@@ -389,10 +451,10 @@ def _send(sock: socket.socket, response: Response, head_only: bool, keep: bool) 
         sock.sendall(response.body)
 
 
-def _refuse(sock: socket.socket) -> None:
+def _turn_away(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.settimeout(1.0)
-        _send(sock, HttpError(503, "Too many open connections").response, False, False)
+        _send(sock, refusal(503, "Too many open connections"), False, False)
     sock.close()
 
 

@@ -50,7 +50,7 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
         app.handle,
         listener,
         max_body=settings.max_request_bytes,
-        finish=app.finish,
+        refuse=app.refuse,
         threads=args.rest_workers or max(4, 2 * (os.cpu_count() or 1)),
         read_timeout=args.rest_read_timeout_seconds,
     )

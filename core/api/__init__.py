@@ -14,6 +14,7 @@ from core.api.messages import (
     error_response,
     make_request,
     reason_phrase,
+    refusal,
 )
 from core.api.router import App
 from core.config import Settings
@@ -28,6 +29,7 @@ __all__ = [
     "error_response",
     "make_request",
     "reason_phrase",
+    "refusal",
 ]
 
 _default_app: App | None = None

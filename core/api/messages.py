@@ -93,6 +93,19 @@ def error_response(exc: errors.ServingError, openai_shape: bool = False) -> Resp
     return Response(exc.http_status, body, headers)
 
 
+def refusal(status: int, message: str, openai_shape: bool = False) -> Response:
+    """An answer a transport makes itself (a framing error, a timeout, a body over the limit),
+    at any status, in the OVMS error shape or the OpenAI one."""
+    message = errors.shorten(message, errors.MAX_MESSAGE_CHARS)
+    if openai_shape:
+        from core.codecs import openai
+
+        body = openai.status_error_body(status, message)
+    else:
+        body = orjson.dumps({"error": message})
+    return Response(status, body, {"content-type": JSON})
+
+
 def not_ready(exc: errors.ServingError) -> Response:
     """A health answer of false: {"ready": false} with the reason, at the error's status."""
     body = orjson.dumps({"ready": False, "error": exc.message})

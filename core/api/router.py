@@ -18,6 +18,7 @@ from core.api.messages import (
     error_response,
     json_response,
     not_ready,
+    refusal,
 )
 from core.codecs import documents, kserve_rest, tfs_rest
 from core.codecs.json import dumps
@@ -33,6 +34,7 @@ _NAME = r"(?P<name>[^/:]+)"
 _VERSION = r"(?:/versions/(?P<version>[0-9]+))?"
 _LABEL = r"(?:/labels/(?P<label>[^/:]+))?"
 _OPENAI = r"/(?:v3/(?:v1/)?|v1/)"  # OVMS serves its OpenAI API under /v3, /v3/v1 and /v1
+_OPENAI_V1 = re.compile(r"/v1/(?:embeddings|rerank|tokenize|models)")  # the rest is TF Serving's
 
 
 class App:
@@ -102,11 +104,20 @@ class App:
             )
         return response
 
+    def refuse(
+        self, status: int, message: str, path: str = "", headers: Mapping[str, str] | None = None
+    ) -> Response:
+        """An answer a front makes itself, before or instead of `handle` (a body over the
+        limit refused from its Content-Length, a framing error, a timeout): the error shape of
+        the route `path` names (OpenAI's under /v3), with the CORS headers for the request's
+        (lower-case) `headers`. `path` is "" when the request line could not be read."""
+        response = refusal(status, message, self._is_openai(path))
+        return self.finish(response, headers or {})
+
     def finish(
         self, response: Response, request_headers: Mapping[str, str], preflight: bool = False
     ) -> Response:
-        """The response with its CORS headers; handlers call it for the answers they make
-        themselves (a body over the limit, refused before it is read)."""
+        """The response with its CORS headers."""
         extra = self._cors.headers(request_headers, preflight)
         return (
             Response(response.status, response.body, {**response.headers, **extra})
@@ -122,7 +133,9 @@ class App:
                     f"Request body of {len(request.body)} bytes exceeds the limit of "
                     f"{self.settings.max_request_bytes} bytes"
                 )
-            handler, match = self._route(request.method.upper(), self._strip(request.path))
+            handler, match = self._route(
+                request.method.upper(), self._strip(request.path), self._is_openai(request.path)
+            )
             return handler(request, match)
         except errors.ServingError as exc:
             return error_response(exc, self._is_openai(request.path))
@@ -134,12 +147,10 @@ class App:
             )
 
     def _is_openai(self, path: str) -> bool:
-        """An OpenAI API route: its errors take the OpenAI shape."""
+        """A path of the OpenAI API: anything under /v3 (OVMS's OpenAI prefix, known route or
+        not) and the OpenAI routes under /v1. Its errors take the OpenAI shape."""
         path = self._strip(path)
-        return bool(
-            re.fullmatch(_OPENAI + r"(?:embeddings|rerank|tokenize|models)", path)
-            or re.fullmatch(r"/v3/(?:v1/)?models/[^/]+", path)
-        )
+        return path == "/v3" or path.startswith("/v3/") or _OPENAI_V1.fullmatch(path) is not None
 
     def _strip(self, path: str) -> str:
         prefix = self.settings.base_path
@@ -147,12 +158,14 @@ class App:
             return path[len(prefix) :] or "/"
         return path
 
-    def _route(self, method: str, path: str) -> tuple[Handler, re.Match[str]]:
+    def _route(self, method: str, path: str, openai: bool) -> tuple[Handler, re.Match[str]]:
         if len(path) > 2048 or "\x00" in path or ".." in path:
             raise errors.InvalidInputError("Invalid request URL")
         found = _match(self._routes, method, path) or _match(self._metrics_route(), method, path)
-        if found is None:
-            raise errors.RouteNotFoundError(f"Invalid request URL: {path}")
+        if found is None:  # OpenAI's API words it so, OVMS's REST API so
+            raise errors.RouteNotFoundError(
+                f"Invalid URL ({method[:16]} {path})" if openai else f"Invalid request URL: {path}"
+            )
         return found
 
     def _metrics_route(self) -> list[tuple[re.Pattern[str], dict[str, Handler]]]:

@@ -24,11 +24,15 @@ from core.errors import InvalidInputError, ModelNotFoundError, ServingError
 
 def error_body(exc: ServingError) -> bytes:
     """{"error": {"message", "type", "param", "code"}}: what OpenAI clients parse."""
-    kind = "invalid_request_error" if exc.http_status < 500 else "server_error"
     code = "model_not_found" if isinstance(exc, ModelNotFoundError) else None
-    return orjson.dumps(
-        {"error": {"message": exc.message, "type": kind, "param": None, "code": code}}
-    )
+    return status_error_body(exc.http_status, exc.message, code)
+
+
+def status_error_body(status: int, message: str, code: str | None = None) -> bytes:
+    """The OpenAI error shape for an answer at any HTTP status (a transport's own 408, 413,
+    431...), whichever ServingError it comes from, if any."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
 
 
 class _Call:

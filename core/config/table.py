@@ -401,7 +401,11 @@ TABLE: tuple[Setting, ...] = (
     _serve(
         "rest_read_timeout_seconds",
         NUMBER,
-        "close a REST client that sends nothing for this long mid-request (`0`: never)",
+        "a REST request's whole head must arrive within this long, from the connection's "
+        "accept (from its first byte on a kept-alive connection), and its body may pause this "
+        "long between reads, else 408 and close (nginx's `client_header_timeout` and "
+        "`client_body_timeout`); a new connection that sends nothing is closed after it (75 s at "
+        "most; `0`: never)",
         30.0,
     ),
     # read where they are used

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any  # noqa: E402
 
 import orjson  # noqa: E402
 
-from core.api import App, default_app, error_response  # noqa: E402
+from core.api import App, Response, default_app, error_response  # noqa: E402
 from core.config import Settings  # noqa: E402
 from core.errors import ServingError  # noqa: E402
 from handlers import startup  # noqa: E402
-from handlers.aws_lambda.sources import Event, detect, headers  # noqa: E402
+from handlers.aws_lambda.sources import Event, Source, detect, headers  # noqa: E402
 
 _IMPORT_S = time.perf_counter() - _IMPORT_STARTED
 
@@ -59,14 +59,14 @@ class LambdaHandler:
             rid = str(getattr(context, "aws_request_id", "") or "")
             response = app.handle(replace(request, request_id=rid))
         except ServingError as exc:  # an event that is no request (a body over the limit)
-            response = app.finish(error_response(exc), headers(event))
+            response = _refuse(app, exc, source, event)
         if self._cold:
             self._cold = False
             self._log_cold_start(context, time.perf_counter() - started)
         reply = source.reply(event, response)
         too_large = source.reply_too_large(reply)
         if too_large is not None:
-            reply = source.reply(event, app.finish(error_response(too_large), headers(event)))
+            reply = source.reply(event, _refuse(app, too_large, source, event))
         return reply
 
     def _log_cold_start(self, context: Any, first_request_s: float) -> None:
@@ -86,6 +86,12 @@ class LambdaHandler:
             }
         sys.stdout.write(orjson.dumps({"ov_serverless_cold_start": cold}).decode() + "\n")
         sys.stdout.flush()
+
+
+def _refuse(app: App, exc: ServingError, source: Source, event: Any) -> Response:
+    """The answer to an event the router never saw: the shape of the route its path names
+    (OpenAI's under /v3), with CORS."""
+    return app.refuse(exc.http_status, exc.message, source.path_of(event), headers(event))
 
 
 def build() -> LambdaHandler:

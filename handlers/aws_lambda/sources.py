@@ -78,6 +78,19 @@ class Source(ABC):
     def translate(self, event: Any, limit: Limit) -> Request:
         """`request` for a well-formed event; a field of the wrong type may raise anything."""
 
+    @abstractmethod
+    def path(self, event: Any) -> str:
+        """The request's path, as `translate` gives it to the router."""
+
+    def path_of(self, event: Any) -> str:
+        """`path`, or "" for an event without a readable one: the shape of an answer made
+        without the router (a body over the limit) follows it."""
+        try:
+            path = self.path(event)
+        except (AttributeError, TypeError, KeyError, ValueError):
+            return ""
+        return path if isinstance(path, str) else ""  # a hand-written event's number
+
     def reply(self, event: Any, response: Response) -> Event:
         """The reply the platform expects for `event`; a binary body goes base64."""
         body, encoded = _reply_body(response)
@@ -200,14 +213,18 @@ class HttpV2(Source):
         if event.get("cookies"):
             head["cookie"] = "; ".join(event["cookies"])
         query = dict(parse_qsl(event.get("rawQueryString") or "", keep_blank_values=True))
-        path = event.get("rawPath") or "/"
+        method = (context.get("http") or {}).get("method", "GET")
+        return make_request(method, self.path(event), _body(event, limit), head, query)
+
+    def path(self, event: Event) -> str:
+        context = event.get("requestContext") or {}
+        path: str = event.get("rawPath") or "/"
         stage = context.get("stage") or "$default"
         if stage != "$default":  # a named stage is part of rawPath
             path = _strip_prefix(path, "/" + stage)
         if ".lambda-url." in (context.get("domainName") or ""):
             path = unquote(path)  # a Function URL sends it encoded, an HTTP API decoded
-        method = (context.get("http") or {}).get("method", "GET")
-        return make_request(method, path, _body(event, limit), head, query)
+        return path
 
 
 class DirectInvoke(Source):
@@ -245,11 +262,15 @@ class DirectInvoke(Source):
         )
         return make_request(
             method,
-            event["path"],
+            self.path(event),
             _body(event, limit),
             {k.lower(): str(v) for k, v in (event.get("headers") or {}).items()},
             {k: str(v) for k, v in (event.get("query") or {}).items()},
         )
+
+    def path(self, event: Any) -> str:
+        path: str = event["path"]  # as written: `translate` checked it is a string
+        return path
 
 
 SOURCES: tuple[Source, ...] = (Alb(), HttpV2(), RestV1(), DirectInvoke())

@@ -62,6 +62,29 @@ def test_wrong_method_is_405_and_unknown_url_404(app: App) -> None:
     assert orjson.loads(response.body) == {"error": "Invalid request URL: /v9/nothing"}
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v3/chat/completions"),
+        ("GET", "/v3/v1/whatever"),
+        ("POST", "/v3/models/scaler/x"),
+        ("GET", "/v3"),
+    ],
+)
+def test_unknown_url_under_v3_is_openais_404(app: App, method: str, path: str) -> None:
+    """An OpenAI client parses {"error": {...}}: these once came as {"error": "..."}."""
+    response = call(app, method, path)
+    assert response.status == 404
+    assert orjson.loads(response.body) == {
+        "error": {
+            "message": f"Invalid URL ({method} {path})",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
+
+
 def test_duplicate_json_keys_take_the_last_value(app: App) -> None:
     body = b'{"instances": [[1, 1, 1, 1]], "instances": [[1, 2, 3, 4]]}'
     response = call(app, "POST", "/v1/models/scaler:predict", body)

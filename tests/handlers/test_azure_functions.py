@@ -97,7 +97,12 @@ def test_json_routes(azure: Function) -> None:
     assert orjson.loads(response.get_body()) == {"predictions": [[2.0, 4.0, 6.0, 8.0]]}
     response = call(azure, "GET", "/v3/nothing")
     assert response.status_code == 404
-    assert orjson.loads(response.get_body()) == {"error": "Invalid request URL: /v3/nothing"}
+    assert orjson.loads(response.get_body())["error"] == {
+        "message": "Invalid URL (GET /v3/nothing)",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
 
 
 def test_url_path_without_route_params(azure: Function) -> None:

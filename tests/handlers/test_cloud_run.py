@@ -75,8 +75,20 @@ def test_limits_and_errors_with_the_test_client(serving_env: pytest.MonkeyPatch)
     reply = client.post("/v1/models/scaler:predict", data=b"x" * 2000)
     assert reply.status_code == 413
     assert "exceeds the limit of 1000 bytes" in orjson.loads(reply.data)["error"]
+    # refused before the router reads it: still in the OpenAI shape on an OpenAI route
+    reply = client.post("/v3/embeddings", data=b"x" * 2000, headers={"Origin": "https://a.example"})
+    assert reply.status_code == 413 and reply.headers["Access-Control-Allow-Origin"] == "*"
+    error = orjson.loads(reply.data)["error"]
+    assert error["type"] == "invalid_request_error" and "limit of 1000 bytes" in error["message"]
     reply = client.get("/v3/nothing")
-    assert reply.status_code == 404 and reply.json == {"error": "Invalid request URL: /v3/nothing"}
+    assert reply.status_code == 404 and reply.json == {
+        "error": {
+            "message": "Invalid URL (GET /v3/nothing)",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
     reply = client.post(
         "/v1/models/scaler:predict",
         json={"instances": [[1, 2, 3, 4]]},

@@ -1,11 +1,13 @@
 """handlers.http_server, the REST server of `serve`, on a real socket with raw HTTP/1.1 bytes:
 framing (keep-alive, pipelining, chunked bodies, 100-continue), the errors it answers itself
-(in the OVMS error shape), stalled clients, and the drain on shutdown."""
+(in the OVMS error shape; through App.refuse, in the shape of the route: OpenAI's under /v3),
+stalled and slow clients, and the drain on shutdown."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import select
 import socket
 import threading
 import time
@@ -13,8 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.api import Request, Response
+from core.api import App, Request, Response
+from core.config import Settings
+from core.serving.registry import ModelManager
 from handlers import http_server
+from tests.handlers.conftest import Repo
 
 MAX_BODY = 1 << 20
 
@@ -36,10 +41,20 @@ def _handle(request: Request) -> Response:
 
 
 class Running:
-    def __init__(self, read_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        read_timeout: float = 5.0,
+        handle: http_server.Handler = _handle,
+        refuse: http_server.Refuse | None = None,
+    ) -> None:
         listener = http_server.listen("127.0.0.1", 0)
         self.server = http_server.Server(
-            _handle, listener, threads=4, read_timeout=read_timeout, max_body=MAX_BODY
+            handle,
+            listener,
+            threads=4,
+            read_timeout=read_timeout,
+            max_body=MAX_BODY,
+            refuse=refuse,
         )
         self.port = self.server.port
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -272,12 +287,13 @@ def test_stalled_clients_are_dropped_after_the_read_timeout() -> None:
             _get_ok(running)  # others are served meanwhile
             round_trip = time.monotonic() - started
             started = time.monotonic()
-            assert _closed(head)
-            status, _, reply = _responses(body, 1)[0]
-            assert status == 408
-            assert json.loads(reply) == {
-                "error": "Request body not received in time (--rest_read_timeout_seconds)"
-            }
+            for sock, part in ((head, "head"), (body, "body")):
+                status, headers, reply = _responses(sock, 1)[0]
+                assert (status, headers["connection"]) == (408, "close")
+                assert json.loads(reply) == {
+                    "error": f"Request {part} not received in time (--rest_read_timeout_seconds)"
+                }
+                assert _closed(sock)
             # dropped at the read timeout, not at a default or never (a busy host: slack)
             assert time.monotonic() - started < read_timeout + 20 * round_trip + 2.0
     finally:
@@ -313,3 +329,147 @@ def test_drain_reports_requests_still_running() -> None:
         running.thread.join(timeout=5)
         assert not running.server.drain(0.2)
         assert running.server.drain(5.0)
+
+
+# -- slow clients: the whole head is due within the read timeout (nginx's client_header_timeout)
+
+
+def _trickle(sock: socket.socket, data: bytes, every: float, within: float) -> float | None:
+    """Send `data` a byte every `every` seconds until the server answers; the seconds that
+    took, or None when `within` seconds passed (or `data` ran out) without an answer."""
+    started = time.monotonic()
+    for byte in data:
+        if select.select([sock], [], [], every)[0]:
+            return time.monotonic() - started
+        if time.monotonic() - started > within:
+            return None
+        sock.send(bytes([byte]))
+    return None
+
+
+def test_a_head_sent_a_byte_at_a_time_gets_a_408_at_the_read_timeout() -> None:
+    """Slowloris: the read timeout once counted only silence, so a client sending its head a
+    byte every 0.1 s held its connection (and thread) forever; 1,024 of them had every other
+    client refused with a 503."""
+    read_timeout = 1.0
+    running = Running(read_timeout=read_timeout)
+    try:
+        with running.connect() as sock:
+            head = b"GET / HTTP/1.1\r\nHost: t\r\nX-Pad: " + b"a" * 200 + b"\r\n\r\n"  # 20 s
+            took = _trickle(sock, head, every=0.1, within=read_timeout + 3.0)
+            assert took is not None, "no answer: the slow head still holds its connection"
+            assert read_timeout / 2 < took < read_timeout + 2.0
+            status, headers, reply = _responses(sock, 1)[0]
+            assert (status, headers["connection"]) == (408, "close")
+            assert json.loads(reply) == {"error": http_server.HEAD_TIMEOUT}
+            assert _closed(sock)
+        _get_ok(running)
+    finally:
+        running.stop()
+
+
+def test_a_new_connection_that_sends_nothing_is_closed_at_the_read_timeout() -> None:
+    """Not after the 75 s keep-alive wait: that let idle sockets fill the server as well."""
+    read_timeout = 0.5
+    running = Running(read_timeout=read_timeout)
+    try:
+        with running.connect() as sock:
+            sock.settimeout(read_timeout + 3.0)
+            started = time.monotonic()
+            assert sock.recv(1) == b""  # closed without an answer: nothing was asked
+            assert time.monotonic() - started < read_timeout + 2.0
+    finally:
+        running.stop()
+
+
+def test_a_kept_alive_connection_times_each_head_from_its_first_byte() -> None:
+    read_timeout = 0.5
+    running = Running(read_timeout=read_timeout)
+    try:
+        with running.connect() as sock:
+            sock.sendall(b"GET /a HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert _responses(sock, 1)[0][0] == 200
+            time.sleep(read_timeout * 2)  # idle between requests: the keep-alive wait
+            sock.sendall(b"GET /b HTTP/1.1\r\nHost: t\r\n")
+            time.sleep(read_timeout / 2)  # a head in two parts, within the read timeout
+            sock.sendall(b"\r\n")
+            status, headers, _ = _responses(sock, 1)[0]
+            assert status == 200 and "connection" not in headers
+    finally:
+        running.stop()
+
+
+# -- the server's own errors through App.refuse: the shape of the route, and CORS ----------------
+
+
+@pytest.fixture(scope="module")
+def app_server(repo: Repo) -> Iterator[Running]:
+    settings = Settings(
+        config_path=str(repo.config), cache_dir=str(repo.cache), max_request_bytes=MAX_BODY
+    )
+    app = App(ModelManager.start(settings), settings)
+    server = Running(read_timeout=0.5, handle=app.handle, refuse=app.refuse)
+    yield server
+    server.stop()
+
+
+REFUSED = [  # %s: the path
+    (b"POST %s HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413),
+    (b"POST %s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n200000\r\n", 413),
+    (b"POST %s HTTP/1.1\r\nBad Header: x\r\n\r\n", 400),
+    (b"POST %s HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+    (b"POST %s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+    (b"POST %s HTTP/1.1\r\nContent-Length: 1\r\nExpect: magic\r\n\r\n", 417),
+    (b"POST %s HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc", 408),  # the body stalls
+    (b"POST %s HTTP/1.1\r\nHost: t\r\n", 408),  # the head stalls
+    (b"POST %s HTTP/1.1\r\n" + b"X: 1\r\n" * 101 + b"\r\n", 431),
+    (b"POST %s HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", 431),
+    (b"POST %s HTTP/2.0\r\n\r\n", 505),
+    (b"POST %s HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+]
+ROUTES = [  # (path, in the OpenAI shape)
+    ("/v3/embeddings", True),
+    ("/v1/embeddings", True),
+    ("/v3/chat/completions", True),  # not served: still the OpenAI API's
+    ("/v1/models/scaler:predict", False),
+]
+
+
+@pytest.mark.parametrize(("raw", "status"), REFUSED)
+def test_the_servers_own_errors_take_the_shape_of_the_route(
+    app_server: Running, raw: bytes, status: int
+) -> None:
+    """An OpenAI client parses {"error": {"message", "type", "param", "code"}}: a 413 refused
+    from the Content-Length, a framing error or a timeout once came as {"error": "..."}."""
+    for path, openai in ROUTES:
+        with app_server.connect() as sock:
+            sock.sendall(raw % path.encode())
+            got, headers, body = _responses(sock, 1)[0]
+        error = json.loads(body)["error"]
+        assert got == status, (path, body)
+        if openai:
+            kind = "invalid_request_error" if status < 500 else "server_error"
+            assert error == {"message": error["message"], "type": kind, "param": None, "code": None}
+        else:
+            assert isinstance(error, str), (path, body)
+        assert headers["access-control-allow-origin"] == "*", path  # as the app's own answers
+
+
+def test_the_openai_client_reads_the_servers_own_errors(app_server: Running) -> None:
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(
+        base_url=f"http://127.0.0.1:{app_server.port}/v3", api_key="unused", max_retries=0
+    )
+    with pytest.raises(openai.APIStatusError) as refused:  # refused from its Content-Length
+        client.embeddings.create(model="minilm", input="word " * (MAX_BODY // 4))
+    assert refused.value.status_code == 413
+    assert refused.value.body["type"] == "invalid_request_error"
+    assert refused.value.body["message"].startswith("Request body of ")
+    with pytest.raises(openai.NotFoundError) as missing:  # a route this server does not serve
+        client.chat.completions.create(model="scaler", messages=[{"role": "user", "content": "a"}])
+    assert missing.value.body == {
+        "message": "Invalid URL (POST /v3/chat/completions)",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }

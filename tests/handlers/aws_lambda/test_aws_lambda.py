@@ -154,6 +154,14 @@ def test_oversized_body_is_413_before_decoding(serving_env: pytest.MonkeyPatch) 
             message = orjson.loads(reply_body(reply))["error"]
             wanted = min(limit, ALB_PAYLOAD) if "alb" in name else limit
             assert f"exceeds the limit of {wanted} bytes" in message
+            # refused before the router sees it: still in the OpenAI shape on an OpenAI route
+            event = load_event(name, "/v3/embeddings", method="POST")
+            event.update(body=garbage, isBase64Encoded=encoded)
+            reply = invoke(aws, event)
+            assert reply["statusCode"] == 413
+            error = orjson.loads(reply_body(reply))["error"]
+            assert error["type"] == "invalid_request_error"
+            assert f"exceeds the limit of {wanted} bytes" in error["message"]
 
 
 def _rows(count: int) -> bytes:
@@ -203,7 +211,14 @@ def test_bad_base64_and_unknown_route(aws: LambdaHandler) -> None:
     assert reply["statusCode"] == 400 and "base64" in orjson.loads(reply_body(reply))["error"]
     reply = invoke(aws, load_event("sam-cli-rendered/HttpApi", "/v3/nothing", method="GET"))
     assert reply["statusCode"] == 404
-    assert orjson.loads(reply_body(reply)) == {"error": "Invalid request URL: /v3/nothing"}
+    assert orjson.loads(reply_body(reply)) == {
+        "error": {
+            "message": "Invalid URL (GET /v3/nothing)",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
 
 
 @pytest.mark.parametrize("name", REST_V1[1:] + FUNCTION_URL + ALB + ALB_MULTI)
