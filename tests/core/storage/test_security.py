@@ -88,6 +88,34 @@ def test_every_unsafe_bucket_url_is_a_config_error(url: str, tmp_path: Path) -> 
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "s3://AKIAUSER:{pw}@bucket/m",
+        "s3://AKIAUSER:{pw}@127.0.0.1:9/bucket/m",
+        "gs://user:{pw}@bucket/m",
+        "az://account:{pw}@container/m",
+    ],
+)
+def test_credentials_in_a_bucket_url_are_refused_and_never_shown(
+    url: str, tmp_path: Path, log_lines: list[str]
+) -> None:
+    """user:password@ in a bucket URL is no way to give credentials here (nor in OVMS): a
+    config error saying so, whose text (client answers, logs) never holds the password."""
+    password = "PwInTheUrl-1234"
+    url = url.format(pw=password)
+    with pytest.raises(ConfigError, match="credentials") as info:
+        open_repository(url, tmp_path / "cache")
+    with pytest.raises(ConfigError, match="credentials"):
+        read_file(f"{url}/config.json")
+    app = start_app(Settings(model_name="m", model_path=url, cache_dir=str(tmp_path / "cache")))
+    status, error = predict(app, "m")
+    assert status == 404 and "credentials" in error, error
+    texts = [str(info.value), error, json.dumps(call(app, "GET", "/v1/models/m")), *log_lines]
+    assert not [text for text in texts if password in text]
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*"))
+
+
 class _NoBackend:
     scheme, bucket = "s3", "bucket"
 
