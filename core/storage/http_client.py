@@ -149,6 +149,11 @@ class Connections:
 
     def _new_connection(self, origin: str) -> http.client.HTTPConnection:
         parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https"):  # a typo of https must not go in clear
+            raise ValueError(
+                f"the endpoint {origin} has the scheme {parts.scheme!r}: only http:// and "
+                "https:// are taken"
+            )
         conn = (
             http.client.HTTPSConnection(
                 parts.netloc,

@@ -116,6 +116,55 @@ def test_credentials_in_a_bucket_url_are_refused_and_never_shown(
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*"))
 
 
+def _aim_rest_client(scheme: str, endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The REST client of `scheme` aimed at `endpoint` with a credential it sends on every
+    request (SigV4 header, bearer token, SAS); -> the model's URL."""
+    host = endpoint.partition("://")[2]
+    if scheme == "s3":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEPLANTED01")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", f"{SECRET}-secret-key")
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        monkeypatch.setenv("S3_ENDPOINT", endpoint)
+        return "s3://bucket/m"
+    if scheme == "gs":
+        monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "p")
+        monkeypatch.setenv("K_SERVICE", "svc")  # Cloud Run: the metadata server's token
+        monkeypatch.setenv("GCE_METADATA_HOST", host)
+        monkeypatch.setenv("API_ENDPOINT_OVERRIDE", endpoint)
+        return "gs://bucket/m"
+    sas = f"sv=2021-08-06&sig={SECRET}"
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_URL", f"{endpoint}/{AZURITE_ACCOUNT}?{sas}")
+    return "az://container/m"
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs", "az"])
+@pytest.mark.parametrize("odd", ["httpss", "ftp", "s3"])
+def test_an_endpoint_neither_http_nor_https_is_refused_not_read_in_clear(
+    scheme: str, odd: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A mistyped endpoint scheme ('httpss://') is an error naming it, as boto3 and the SDKs
+    refuse it, and no request goes out: the REST clients sent signed requests, tokens and
+    SAS over plain HTTP to any scheme but https."""
+    use_env(monkeypatch, _NO_EMULATOR)
+    echo = Echo(scheme, token=f"{SECRET}-metadata-token")
+    try:
+        url = _aim_rest_client(scheme, f"{odd}://{echo.host}", monkeypatch)
+        with pytest.raises(StorageError) as info:
+            open_repository(url, tmp_path / "cache").versions()
+    finally:
+        echo.close()
+    assert f"scheme {odd!r}" in info.value.message, info.value.message
+    assert not [r for r in echo.requests if not r.startswith("GET /computeMetadata/")]
+    assert SECRET not in info.value.message
+
+
+class _NoEmulator:
+    env: dict[str, str] = {}
+
+
+_NO_EMULATOR: Any = _NoEmulator()
+
+
 class _NoBackend:
     scheme, bucket = "s3", "bucket"
 
