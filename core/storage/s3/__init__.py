@@ -82,6 +82,8 @@ def describe(code: str, message: str, bucket: str) -> str:
         return f"access denied ({code}): {message or code}"
     if code in MISSING:
         return "object not found"
+    if code in ("PreconditionFailed", "412"):  # If-Match the listed ETag
+        return "the object changed or was deleted since it was listed (PreconditionFailed)"
     return f"{code}: {message or code}"
 
 
