@@ -57,7 +57,21 @@ def split_url(url: str, schemes: Iterable[str]) -> tuple[str, str]:
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise StorageError(f"Missing bucket name in {url}")
-    return check_path(bucket, url), check_path(prefix.strip("/"), url)
+    return check_path(check_authority(bucket, url), url), check_path(prefix.strip("/"), url)
+
+
+def check_authority(authority: str, url: str) -> str:
+    """`authority` (what follows '://' up to the first '/': a bucket, or S3's host:port) unless
+    it holds user info ('user:password@'), which no bucket or host name does: credentials come
+    from the environment, and a password here would be echoed in errors (ConfigError, redacted)."""
+    if "@" in authority:
+        raise errors.ConfigError(
+            redact(
+                f"Invalid bucket URL {url!r}: credentials in the URL (user:password@) are not "
+                "taken; give them in the environment or the provider's credential files"
+            )
+        )
+    return authority
 
 
 def check_path(path: str, url: str) -> str:

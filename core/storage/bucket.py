@@ -141,6 +141,7 @@ class BucketRepository:
             raise StorageError(f"Version folder is missing: {self.url.rstrip('/')}/{version}")
         target = self.cache_root / f"{version}-{fingerprint(objects, base)}"
         files = {relative_key(o.key, base): o for o in objects}
+        _refuse_file_and_folder(files)
         later = {rel: o for rel, o in files.items() if blobs and can_wait(o)}
         now = {rel: o for rel, o in files.items() if rel not in later}
         FOLDERS.acquire(target)  # before the check: a release cannot delete it under us
@@ -194,9 +195,8 @@ class BucketRepository:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
         except OSError as exc:
-            if disk_full(exc):
-                raise no_space(self.url, obj.size) from exc
-            raise StorageError(f"Cannot write {dest} for {self.url}: {exc}") from exc
+            url = f"{self.backend.scheme}://{self.backend.bucket}/{obj.key}"
+            raise write_error(url, exc, obj.size) from exc
 
     def _download_all(
         self, objects: list[RemoteObject], base: str, target: Path, label: str
@@ -206,18 +206,14 @@ class BucketRepository:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         except OSError as exc:
-            if disk_full(exc):
-                raise no_space(label, total) from exc
-            raise StorageError(f"Cannot create cache folder {target.parent}: {exc}") from exc
+            raise write_error(label, exc, total) from exc
         try:
             jobs = [(o, tmp / relative_key(o.key, base)) for o in objects]
             with Progress(label, tmp, total):
                 _each(self._download_one, jobs)
             publish(tmp, target)
         except OSError as exc:
-            if disk_full(exc):
-                raise no_space(label, total) from exc
-            raise StorageError(f"Cannot write {target} for {self.url}: {exc}") from exc
+            raise write_error(label, exc, total, tmp) from exc
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -313,6 +309,43 @@ class BucketVersionFiles(VersionFiles):
                 return True
             self.repository.place(obj, dest)
             return False
+
+
+def write_error(what: str, exc: OSError, needed: int, folder: Path | None = None) -> StorageError:
+    """A failed write into the cache in words a client may read: `what` (a URL), the file
+    below `folder` (a version's download folder) it failed on, and the cause; never the cache
+    dir's path, which goes to the log for the operator."""
+    if disk_full(exc):
+        return no_space(what, needed)
+    log.warning("Cannot write into the cache dir for %s: %s", what, exc)
+    name = _below(exc.filename2 or exc.filename, folder)
+    where = f" (file {name!r})" if name else ""
+    cause = exc.strerror or type(exc).__name__
+    return StorageError(f"Cannot write {what} into the cache dir{where}: {cause}")
+
+
+def _below(path: object, folder: Path | None) -> str:
+    """`path` relative to `folder` when it is a path inside it, else ''."""
+    if folder is None or not isinstance(path, str):
+        return ""
+    root = os.path.abspath(folder)
+    if os.path.commonpath([root, os.path.abspath(path)]) != root:
+        return ""
+    return os.path.relpath(path, root)
+
+
+def _refuse_file_and_folder(files: dict[str, RemoteObject]) -> None:
+    """StorageError for a key below another object's name ('1/model.bin' and
+    '1/model.bin/x'): one name cannot be a file and a folder in the cache."""
+    for rel, obj in sorted(files.items()):
+        parts = rel.split("/")
+        for end in range(1, len(parts)):
+            if "/".join(parts[:end]) in files:
+                raise StorageError(
+                    f"Refusing object key {obj.key!r}: "
+                    f"{obj.key.removesuffix(rel) + '/'.join(parts[:end])!r} is an object too, "
+                    "and a name cannot be both a file and a folder"
+                )
 
 
 def _each(

@@ -86,7 +86,7 @@ def download(
 ) -> None:
     """obj into dest: one GET (with the `whole` headers), hashed as it comes against the
     `digest(response)` it names; or for a big file, `ranges` (see Ranges) PART_WORKERS at a
-    time, each If-Match the listed tag, so a file replaced since the listing fails (412).
+    time; either If-Match the listed tag, so a file replaced since the listing fails (412).
     `whole_hint` ends the error for a range answered with the whole object (the provider's
     likely cause). A mismatch is a StorageError; the caller drops the file."""
     with open(dest, "w+b") as file:  # read too: a big file's CRC is computed from disk
@@ -100,7 +100,9 @@ def download(
             checks.append(checksums.start(digest(response)))
             return copy(response, fd, 0, truncate=True, check=checks[-1])
 
-        get(whole or {}, use)
+        # If-Match the listed tag: a file replaced since the listing fails (412, or 404 for
+        # a generation gone) instead of mixing two uploads in one version folder
+        get({**(whole or {}), **({"If-Match": obj.tag} if obj.tag else {})}, use)
         _verify(what, checks[-1])
 
 

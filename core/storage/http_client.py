@@ -13,7 +13,8 @@ import ssl
 import threading
 import time
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from email.message import Message
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -149,6 +150,11 @@ class Connections:
 
     def _new_connection(self, origin: str) -> http.client.HTTPConnection:
         parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https"):  # a typo of https must not go in clear
+            raise ValueError(
+                f"the endpoint {origin} has the scheme {parts.scheme!r}: only http:// and "
+                "https:// are taken"
+            )
         conn = (
             http.client.HTTPSConnection(
                 parts.netloc,
@@ -184,6 +190,19 @@ def tls(cafile: str | None) -> ssl.SSLContext:
 
 def read(response: Response) -> bytes:
     return response.read()
+
+
+@contextmanager
+def listing(what: str) -> Iterator[None]:
+    """A listing's 2xx answer that does not read as one (a web page from a wrong port, a
+    proxy's page) as a StorageError starting with `what`, not a parser's exception."""
+    try:
+        yield
+    except (ElementTree.ParseError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StorageError(
+            f"{what}: the endpoint's answer is not a listing ({type(exc).__name__}: {exc}); "
+            "check the endpoint"
+        ) from None
 
 
 def parse_xml(body: bytes) -> ElementTree.Element:

@@ -44,6 +44,8 @@ def describe(status: int | None, code: str, message: str, container: str) -> str
         return "object not found"
     if status in DENIED_STATUS:
         return f"access denied: {message}"
+    if status == 412:  # If-Match the listed ETag
+        return "the object changed or was deleted since it was listed (412)"
     return f"{status} {message}"
 
 

@@ -149,16 +149,12 @@ class AzureRestBackend:
         if prefix:
             query["prefix"] = prefix
         while True:
-            body = self._call("", query, {}, f"Cannot list {self._url(prefix)}", http_client.read)
-            root = http_client.parse_xml(body)
-            for blob in root.iter("Blob"):
-                size = int(http_client.text(blob, "Properties/Content-Length") or 0)
-                yield RemoteObject(
-                    _name(blob),
-                    size,
-                    http_client.text(blob, "Properties/Etag"),
-                    http_client.text(blob, "Properties/Content-MD5"),
-                )
+            what = f"Cannot list {self._url(prefix)}"
+            body = self._call("", query, {}, what, http_client.read)
+            with http_client.listing(what):
+                root = http_client.parse_xml(body)
+                page = [_blob(blob) for blob in root.iter("Blob")]
+            yield from page
             marker = http_client.text(root, "NextMarker")
             if not marker:
                 return
@@ -246,6 +242,15 @@ RANGE_MD5 = download.Ranges(
     hashes=lambda _: frozenset({"md5"}),
     part=range_md5_problem,
 )
+
+
+def _blob(blob: ElementTree.Element) -> RemoteObject:
+    return RemoteObject(
+        _name(blob),
+        int(http_client.text(blob, "Properties/Content-Length") or 0),
+        http_client.text(blob, "Properties/Etag"),
+        http_client.text(blob, "Properties/Content-MD5"),
+    )
 
 
 def _name(blob: ElementTree.Element) -> str:

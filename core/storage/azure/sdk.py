@@ -58,7 +58,7 @@ def _errors(what: str, container: str) -> Iterator[None]:
     except az.ClientAuthenticationError as exc:
         raise StorageError(f"{what}: {describe(401, '', _first_line(exc), container)}") from exc
     except az.HttpResponseError as exc:
-        if exc.status_code in DENIED_STATUS:
+        if exc.status_code in DENIED_STATUS or exc.status_code == 412:
             cause = describe(exc.status_code, "", _first_line(exc), container)
         else:
             cause = f"{exc.status_code} {_first_line(exc)}"
@@ -96,8 +96,12 @@ class AzureBackend:
                 yield RemoteObject(blob.name, int(blob.size), str(blob.etag))
 
     def download(self, obj: RemoteObject, dest: Path) -> None:
+        """The blob as listed (If-Match its ETag): one replaced since fails (412)."""
+        from azure.core import MatchConditions
+
+        listed = {"etag": obj.tag, "match_condition": MatchConditions.IfNotModified}
         with _errors(f"Cannot download {self._url(obj.key)}", self.bucket), dest.open("wb") as f:
-            self.container.download_blob(obj.key, max_concurrency=4).readinto(f)
+            self.container.download_blob(obj.key, max_concurrency=4, **listed).readinto(f)
 
     def read(self, key: str) -> bytes:
         with _errors(f"Cannot read {self._url(key)}", self.bucket):

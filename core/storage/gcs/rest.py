@@ -217,18 +217,15 @@ class GcsRestBackend:
             query["prefix"] = prefix
         what = f"Cannot list {self._url(prefix)}"
         while True:
-            page = json.loads(
-                self._call(self._objects, query, {}, what, http_client.read, listing=True)
-            )
-            for item in page.get("items", ()):
-                tag = f"{item.get('generation')}:{item.get('md5Hash') or item.get('etag')}"
-                hashes = ",".join(
-                    f"{name}={item[field]}" for name, field in _LISTED_HASHES if item.get(field)
-                )
-                yield RemoteObject(item["name"], int(item.get("size") or 0), tag, hashes)
-            if not page.get("nextPageToken"):
+            body = self._call(self._objects, query, {}, what, http_client.read, listing=True)
+            with http_client.listing(what):
+                page = json.loads(body)
+                objects = [_object(item) for item in page.get("items", ())]
+                token = page.get("nextPageToken")
+            yield from objects
+            if not token:
                 return
-            query["pageToken"] = page["nextPageToken"]
+            query["pageToken"] = token
 
     def read(self, key: str) -> bytes:
         return self._call(
@@ -298,6 +295,13 @@ class GcsRestBackend:
 
 
 _LISTED_HASHES = (("crc32c", "crc32c"), ("md5", "md5Hash"))
+
+
+def _object(item: dict[str, Any]) -> RemoteObject:
+    """One item of an objects.list page."""
+    tag = f"{item.get('generation')}:{item.get('md5Hash') or item.get('etag')}"
+    hashes = ",".join(f"{name}={item[field]}" for name, field in _LISTED_HASHES if item.get(field))
+    return RemoteObject(item["name"], int(item.get("size") or 0), tag, hashes)
 
 
 def hash_of(hashes: str, source: str) -> checksums.Digest | None:

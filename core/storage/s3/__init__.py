@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.storage import clients
-from core.storage.backend import Backend, check_path, object_key
+from core.storage.backend import Backend, check_authority, check_path, object_key
 from core.storage.bucket import BucketRepository
 from core.storage.secrets import StorageError
 
@@ -46,6 +46,7 @@ def parse_url(url: str) -> tuple[str | None, str, str]:
     if not sep or scheme.lower() not in SCHEMES:
         raise StorageError(f"Not an s3:// URL: {url}")
     first, _, rest = rest.partition("/")
+    check_authority(first, url)
     host = None
     if ":" in first:  # bucket names never hold ':', so this is OVMS's s3://host:port/...
         host = first
@@ -81,6 +82,8 @@ def describe(code: str, message: str, bucket: str) -> str:
         return f"access denied ({code}): {message or code}"
     if code in MISSING:
         return "object not found"
+    if code in ("PreconditionFailed", "412"):  # If-Match the listed ETag
+        return "the object changed or was deleted since it was listed (PreconditionFailed)"
     return f"{code}: {message or code}"
 
 

@@ -136,18 +136,10 @@ class S3RestBackend:
         query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
         while True:
             body = self._call("", query, {}, f"list {self._url(prefix)}", http_client.read)
-            root = http_client.parse_xml(body)
-            # encoding-type=url: S3 writes a space as '+' and a '+' as %2B; keys are decoded
-            # only when the answer says it encoded them (as botocore reads): a server that
-            # ignored the parameter sent them as they are
-            encoded = http_client.text(root, "EncodingType").lower() == "url"
-            for item in root.iter("Contents"):
-                key = http_client.text(item, "Key")
-                yield RemoteObject(
-                    unquote_plus(key) if encoded else key,
-                    int(http_client.text(item, "Size")),
-                    http_client.text(item, "ETag"),
-                )
+            with http_client.listing(f"Cannot list {self._url(prefix)}"):
+                root = http_client.parse_xml(body)
+                page = _objects(root)
+            yield from page
             token = http_client.text(root, "NextContinuationToken")
             if http_client.text(root, "IsTruncated") != "true" or not token:
                 return
@@ -273,6 +265,24 @@ class S3RestBackend:
             if region != self._site[0]:
                 self._site = (region, target(self.bucket, self._endpoint_url, region))
         return True
+
+
+def _objects(root: ElementTree.Element) -> list[RemoteObject]:
+    """The objects of one ListObjectsV2 page. encoding-type=url: S3 writes a space as '+' and
+    a '+' as %2B; keys are decoded only when the answer says it encoded them (as botocore
+    reads): a server that ignored the parameter sent them as they are."""
+    encoded = http_client.text(root, "EncodingType").lower() == "url"
+    objects = []
+    for item in root.iter("Contents"):
+        key = http_client.text(item, "Key")
+        objects.append(
+            RemoteObject(
+                unquote_plus(key) if encoded else key,
+                int(http_client.text(item, "Size")),
+                http_client.text(item, "ETag"),
+            )
+        )
+    return objects
 
 
 def _headers(response: http_client.Response) -> http_client.Headers:

@@ -205,6 +205,19 @@ def test_big_file_downloads_in_ranges_of_the_listed_generation(
     assert len(parts) == 3 and all(f"generation={generation}" in path for path in parts)
 
 
+def test_a_small_file_downloads_the_listed_generation(
+    gs_store: Store, cache_dir: Path, cloud_run: tuple[Metadata, BearerFront]
+) -> None:
+    """A file replaced after its listing is not read (404): no mix of two uploads."""
+    gs_store.put("m/1/model.xml", b"<net/>")
+    folder = open_repository(gs_store.url("m"), cache_dir).fetch(1).folder
+    assert (folder / "model.xml").read_bytes() == b"<net/>"
+    listed = gcs.backend(gs_store.bucket).list_objects("m/1/model.xml")
+    generation = next(iter(listed)).tag.split(":")[0]
+    gets = [path for _, path in cloud_run[1].seen if "model.xml" in path and "alt=media" in path]
+    assert len(gets) == 1 and f"generation={generation}" in gets[0], gets
+
+
 def test_a_range_answered_with_the_whole_object_fails_and_writes_no_file(
     gs_store: Store, cache_dir: Path, cloud_run: tuple[Metadata, BearerFront]
 ) -> None:

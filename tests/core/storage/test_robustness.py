@@ -62,6 +62,37 @@ def test_stray_names_in_a_bucket_fail_only_their_version(store: Store, tmp_path:
         assert "weights\\\\0.bin" in message, message
 
 
+def test_names_the_cache_cannot_hold_fail_their_version_and_show_no_server_path(
+    store: Store, tmp_path: Path
+) -> None:
+    """A key that is a file and a folder prefix at once, or a name longer than a file system
+    takes: the version fails with a cause naming the object, not the cache dir's path."""
+    for version in (1, 2, 3):
+        put_scaler(store, "m", version)
+    store.put("m/2/model.bin/extra", b"x")  # model.bin is a file and a folder
+    store.put("m/3/" + "n" * 300, b"x")  # past NAME_MAX (255)
+    cache = tmp_path / "cache"
+    app = start_app(
+        Settings(
+            model_name="scaler",
+            model_path=store.url("m"),
+            model_options={"model_version_policy": {"all": {}}},
+            cache_dir=str(cache),
+        )
+    )
+
+    assert predict(app, version=1) == (200, scaled(1))
+    found = states(app)
+    assert found[2][0] == "LOADING" and "'m/2/model.bin/extra'" in found[2][1], found
+    assert "both a file and a folder" in found[2][1], found
+    assert found[3][0] == "LOADING" and "File name too long" in found[3][1], found
+    status, error = predict(app, version=3)
+    assert status == 404 and "File name too long" in error, error
+    for message in (found[2][1], found[3][1], error):
+        assert str(tmp_path) not in message, message  # no server path in a message clients see
+    assert not [p for p in cache.rglob("*") if p.name.startswith(("2-", "3-", ".2-", ".3-"))]
+
+
 def test_stray_names_on_local_disk_fail_nothing(tmp_path: Path) -> None:
     models.save(models.scaler(1.0), tmp_path / "m" / "1")
     models.save(models.scaler(3.0), tmp_path / "m" / "²")

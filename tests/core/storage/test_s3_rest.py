@@ -157,7 +157,7 @@ def test_big_file_downloads_in_ranges_and_a_replaced_one_fails(
     with pytest.raises(
         StorageError,
         match=r"Cannot download s3://.*/m/1/big.bin: "
-        r"PreconditionFailed",
+        r"the object changed or was deleted since it was listed \(PreconditionFailed\)",
     ):
         rest.download(obj, tmp_path / "again.bin")
 

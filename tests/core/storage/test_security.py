@@ -88,6 +88,83 @@ def test_every_unsafe_bucket_url_is_a_config_error(url: str, tmp_path: Path) -> 
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "s3://AKIAUSER:{pw}@bucket/m",
+        "s3://AKIAUSER:{pw}@127.0.0.1:9/bucket/m",
+        "gs://user:{pw}@bucket/m",
+        "az://account:{pw}@container/m",
+    ],
+)
+def test_credentials_in_a_bucket_url_are_refused_and_never_shown(
+    url: str, tmp_path: Path, log_lines: list[str]
+) -> None:
+    """user:password@ in a bucket URL is no way to give credentials here (nor in OVMS): a
+    config error saying so, whose text (client answers, logs) never holds the password."""
+    password = "PwInTheUrl-1234"
+    url = url.format(pw=password)
+    with pytest.raises(ConfigError, match="credentials") as info:
+        open_repository(url, tmp_path / "cache")
+    with pytest.raises(ConfigError, match="credentials"):
+        read_file(f"{url}/config.json")
+    app = start_app(Settings(model_name="m", model_path=url, cache_dir=str(tmp_path / "cache")))
+    status, error = predict(app, "m")
+    assert status == 404 and "credentials" in error, error
+    texts = [str(info.value), error, json.dumps(call(app, "GET", "/v1/models/m")), *log_lines]
+    assert not [text for text in texts if password in text]
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*"))
+
+
+def _aim_rest_client(scheme: str, endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The REST client of `scheme` aimed at `endpoint` with a credential it sends on every
+    request (SigV4 header, bearer token, SAS); -> the model's URL."""
+    host = endpoint.partition("://")[2]
+    if scheme == "s3":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEPLANTED01")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", f"{SECRET}-secret-key")
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        monkeypatch.setenv("S3_ENDPOINT", endpoint)
+        return "s3://bucket/m"
+    if scheme == "gs":
+        monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "p")
+        monkeypatch.setenv("K_SERVICE", "svc")  # Cloud Run: the metadata server's token
+        monkeypatch.setenv("GCE_METADATA_HOST", host)
+        monkeypatch.setenv("API_ENDPOINT_OVERRIDE", endpoint)
+        return "gs://bucket/m"
+    sas = f"sv=2021-08-06&sig={SECRET}"
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_URL", f"{endpoint}/{AZURITE_ACCOUNT}?{sas}")
+    return "az://container/m"
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs", "az"])
+@pytest.mark.parametrize("odd", ["httpss", "ftp", "s3"])
+def test_an_endpoint_neither_http_nor_https_is_refused_not_read_in_clear(
+    scheme: str, odd: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A mistyped endpoint scheme ('httpss://') is an error naming it, as boto3 and the SDKs
+    refuse it, and no request goes out: the REST clients sent signed requests, tokens and
+    SAS over plain HTTP to any scheme but https."""
+    use_env(monkeypatch, _NO_EMULATOR)
+    echo = Echo(scheme, token=f"{SECRET}-metadata-token")
+    try:
+        url = _aim_rest_client(scheme, f"{odd}://{echo.host}", monkeypatch)
+        with pytest.raises(StorageError) as info:
+            open_repository(url, tmp_path / "cache").versions()
+    finally:
+        echo.close()
+    assert f"scheme {odd!r}" in info.value.message, info.value.message
+    assert not [r for r in echo.requests if not r.startswith("GET /computeMetadata/")]
+    assert SECRET not in info.value.message
+
+
+class _NoEmulator:
+    env: dict[str, str] = {}
+
+
+_NO_EMULATOR: Any = _NoEmulator()
+
+
 class _NoBackend:
     scheme, bucket = "s3", "bucket"
 
