@@ -191,8 +191,9 @@ def random_weights(
 # -- the tokenizer and the folder --------------------------------------------------------------
 
 
-def tokenizer_model(source: Path) -> ov.Model:
-    """openvino-tokenizers' conversion of the fast tokenizer in `source` (offline)."""
+def tokenizer_model(source: Path, padding_side: str = "right") -> ov.Model:
+    """openvino-tokenizers' conversion of the fast tokenizer in `source` (offline); a batch's
+    shorter rows are padded on `padding_side` (Qwen3-Embedding's tokenizer pads left)."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found"
     from openvino_tokenizers import convert_tokenizer
     from transformers import PreTrainedTokenizerFast
@@ -200,6 +201,7 @@ def tokenizer_model(source: Path) -> ov.Model:
     hf = PreTrainedTokenizerFast(
         tokenizer_file=str(source / "tokenizer.json"), **_special_tokens(source)
     )
+    hf.padding_side = padding_side
     model = convert_tokenizer(hf, with_detokenizer=False)
     assert isinstance(model, ov.Model)
     return model

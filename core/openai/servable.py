@@ -20,7 +20,7 @@ from core.errors import InvalidInputError, ServingError
 from core.openai import options as task_options
 from core.openai.layout import MODEL_FILE, TOKENIZER_FILE
 from core.openai.pooling import EMBEDDINGS_OUTPUT, add_pooling
-from core.openai.tokenizer import Tokens, load_tokenizers_extension, trim
+from core.openai.tokenizer import Tokens, load_tokenizers_extension, right_padded, trim
 from core.runtime.ov_core import ov_core
 from core.serving.model import ModelVersion
 
@@ -104,7 +104,7 @@ class TextModelVersion(ModelVersion):
             self._tokenizers.put(request)
         ids = np.asarray(result["input_ids"], dtype=np.int64)
         mask = np.asarray(result["attention_mask"], dtype=np.int64)
-        return trim(Tokens(ids, mask))
+        return trim(right_padded(Tokens(ids, mask)))
 
     def _template(self) -> tuple[list[int], list[int]]:
         """The special tokens the tokenizer puts before and after a text: the common start

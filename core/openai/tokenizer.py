@@ -47,6 +47,19 @@ class Tokens:
         return self.mask.sum(axis=1)
 
 
+def right_padded(tokens: Tokens) -> Tokens:
+    """Each row's attended tokens first, in order, then its padding. A tokenizer converted
+    from one that pads left (Qwen3-Embedding's) pads a batch's shorter rows in front; the
+    pooling, truncation and special-token handling here all read rows as right-padded."""
+    mask = tokens.mask
+    if not (mask[:, :-1] < mask[:, 1:]).any():  # no padding before a token: right-padded
+        return tokens
+    order = np.argsort(mask == 0, axis=1, kind="stable")
+    return Tokens(
+        np.take_along_axis(tokens.ids, order, axis=1), np.take_along_axis(mask, order, axis=1)
+    )
+
+
 def trim(tokens: Tokens) -> Tokens:
     """Drop padding columns beyond the longest row (a tokenizer may pad to a fixed size)."""
     width = int(tokens.lengths.max()) if tokens.mask.size else 0
