@@ -25,6 +25,7 @@ from core.runtime.ov_core import ov_core
 from core.serving.model import ModelVersion
 
 SPECIAL_TOKENS_AROUND_PAIR = 4  # BOS query EOS SEP document EOS, as OVMS composes a pair
+MAX_TOKEN_ID = 2**31  # OVMS parses token ids as int32
 
 
 class TextModelVersion(ModelVersion):
@@ -164,9 +165,10 @@ class TextModelVersion(ModelVersion):
         width, limit = max(len(r) for r in rows), self.options.context
         if width > limit:
             raise InvalidInputError(f"Input length {width} longer than allowed {limit}")
-        vocab = self.options.vocab_size
-        if any(t < 0 or (vocab and t >= vocab) for r in rows for t in r):
-            raise InvalidInputError(f"Token ids must be in [0, {vocab or 'vocabulary size'})")
+        # config.json's vocabulary, else int32 (an id past int64 was a 500)
+        bound = self.options.vocab_size or MAX_TOKEN_ID
+        if any(t < 0 or t >= bound for r in rows for t in r):
+            raise InvalidInputError(f"Token ids must be in [0, {bound})")
         ids = np.full((len(rows), width), self.options.pad_token, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
         for i, row in enumerate(rows):
