@@ -24,15 +24,16 @@ TEXTS = ["hello", "hello big wide world"]
 
 @pytest.fixture(scope="module")
 def left(text_repo: Repo, tmp_path_factory: pytest.TempPathFactory) -> Call:
-    """The App serving all-MiniLM-L6-v2 as "left", its tokenizer converted to pad left."""
+    """The App serving all-MiniLM-L6-v2 and the test cross-encoder as "left" and
+    "left-cross", their tokenizer converted to pad left."""
     root = tmp_path_factory.mktemp("left-padding")
-    folder = root / "left" / "1"
-    shutil.copytree(text_repo.minilm, folder)
-    ov.save_model(
-        tokenizer_model(minilm_source(), padding_side="left"), folder / "openvino_tokenizer.xml"
-    )
-    config = {"model_config_list": [{"config": {"name": "left", "base_path": "left"}}]}
-    (root / "config.json").write_text(json.dumps(config))
+    tokenizer = tokenizer_model(minilm_source(), padding_side="left")
+    entries = []
+    for name, source in (("left", text_repo.minilm), ("left-cross", text_repo.cross)):
+        shutil.copytree(source, root / name / "1")
+        ov.save_model(tokenizer, root / name / "1" / "openvino_tokenizer.xml")
+        entries.append({"config": {"name": name, "base_path": name}})
+    (root / "config.json").write_text(json.dumps({"model_config_list": entries}))
     settings = Settings(config_path=str(root / "config.json"), cache_dir=str(root / "cache"))
     app = App(ModelManager.start(settings), settings)
 
@@ -94,3 +95,18 @@ def test_truncation_keeps_the_closing_token(left: Call) -> None:
         200,
         {"tokens": [[101, 7592, 102], [101, 7592, 2502, 102]]},
     )
+
+
+def test_rerank_scores_as_with_a_right_padding_tokenizer(left: Call, call: Call) -> None:
+    """The query and documents are tokenized in one batch; each keeps its own tokens."""
+    body = {"query": "what do pandas eat", "documents": ["Pandas eat bamboo.", "Stocks fell."]}
+    status, right = call("POST", "/v3/rerank", {"model": "cross", **body})
+    assert status == 200, right
+    status, padded_left = left("POST", "/v3/rerank", {"model": "left-cross", **body})
+    assert status == 200, padded_left
+    assert [r["index"] for r in padded_left["results"]] == [r["index"] for r in right["results"]]
+    scores = [
+        (r["relevance_score"], s["relevance_score"])
+        for r, s in zip(padded_left["results"], right["results"], strict=True)
+    ]
+    assert all(abs(a - b) < 1e-6 for a, b in scores)
