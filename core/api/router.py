@@ -76,6 +76,8 @@ class App:
             # OpenAI API (core.openai); /v1/models/{name} stays TF Serving's status route
             (re.compile(_OPENAI + r"embeddings"), {"POST": self._openai_embeddings}),
             (re.compile(_OPENAI + r"rerank"), {"POST": self._openai_rerank}),
+            # cohere.ClientV2 with base_url .../v3 posts there; OVMS routes any /v3 path by model
+            (re.compile(r"/v3/v2/rerank"), {"POST": self._openai_rerank}),
             (re.compile(_OPENAI + r"tokenize"), {"POST": self._openai_tokenize}),
             (re.compile(_OPENAI + r"models"), {"GET": self._openai_models}),
             (re.compile(r"/v3/(?:v1/)?models/" + _NAME), {"GET": self._openai_model}),

@@ -135,3 +135,19 @@ def test_no_documents(call: Call) -> None:
         200,
         {"results": []},
     )
+
+
+def test_cohere_v2_client_path_and_body(call: Call) -> None:
+    """cohere.ClientV2(base_url=".../v3") posts its v2 body to /v3/v2/rerank, which OVMS
+    serves (it routes anything under /v3 by the body's model); it was a 404 here."""
+    v2_body = {
+        "model": "cross",
+        "query": QUERY,
+        "documents": DOCS,
+        "top_n": 2,
+        "max_tokens_per_doc": 4096,  # v2's field; ignored, as OVMS ignores it
+    }
+    status, body = call("POST", "/v3/v2/rerank", v2_body)
+    assert status == 200, body
+    _, v1 = call("POST", "/v3/rerank", {"model": "cross", "query": QUERY, "documents": DOCS})
+    assert body == {"results": v1["results"][:2]}
