@@ -14,6 +14,7 @@ from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
 from handlers import package
+from tests.test_infra import deployed, permissions
 
 ROOT = Path(__file__).parents[2]
 TEMPLATE = ROOT / "template-zip.yaml"
@@ -37,7 +38,8 @@ class _NoManagedPolicies:
 
 
 @pytest.fixture(scope="module")
-def resources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def cfn(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The template after the real SAM transform, linted."""
     sam = yaml_parse(TEMPLATE.read_text())
     # `sam deploy` uploads CodeUri's zip and puts its S3 location here; do the same
     sam["Resources"]["InferenceFunction"]["Properties"]["CodeUri"] = "s3://deploy-bucket/lambda.zip"
@@ -47,6 +49,11 @@ def resources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("sam") / "transformed.json"
     out.write_text(json.dumps(cfn))
     _lint(out)
+    return dict(cfn)
+
+
+@pytest.fixture(scope="module")
+def resources(cfn: dict[str, Any]) -> dict[str, Any]:
     return dict(cfn["Resources"])
 
 
@@ -104,3 +111,28 @@ def test_url_and_http_api_invoke_the_alias_not_latest(resources: dict[str, Any])
         r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Permission"
     ]
     assert permissions and all(p["FunctionName"] == {"Ref": alias} for p in permissions)
+
+
+def test_function_url_none_is_public_on_the_alias(cfn: dict[str, Any]) -> None:
+    """A NONE Function URL answers 403 unless the policy of what it invokes (the live alias)
+    allows lambda:InvokeFunctionUrl and lambda:InvokeFunction (InvokedViaFunctionUrl) to
+    everyone: SAM adds neither when AuthType is a !Ref. AWS_IAM grants nothing public."""
+    res = deployed(cfn)["Resources"]  # the defaults: NONE
+    assert res["InferenceFunctionUrl"]["Properties"]["AuthType"] == "NONE"
+    alias = {"Ref": "InferenceFunctionAliaslive"}
+    public = [p for p in permissions(res) if p["Principal"] == "*"]
+    assert {
+        "Action": "lambda:InvokeFunctionUrl",
+        "FunctionName": alias,
+        "Principal": "*",
+        "FunctionUrlAuthType": "NONE",
+    } in public
+    assert {
+        "Action": "lambda:InvokeFunction",
+        "FunctionName": alias,
+        "Principal": "*",
+        "InvokedViaFunctionUrl": True,
+    } in public
+    res = deployed(cfn, FunctionUrlAuthType="AWS_IAM")["Resources"]
+    assert res["InferenceFunctionUrl"]["Properties"]["AuthType"] == "AWS_IAM"
+    assert [p for p in permissions(res) if p["Principal"] == "*"] == []
