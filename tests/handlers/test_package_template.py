@@ -13,6 +13,8 @@ import pytest
 from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
+from core.config import Settings
+from demo.models import save, scaler, write_demo_repository
 from handlers import package
 from tests.test_infra import deployed, permissions
 
@@ -78,8 +80,6 @@ def test_zip_function_on_the_python_runtime_with_snapstart(resources: dict[str, 
     assert not any(
         "ProvisionedConcurrencyConfig" in r.get("Properties", {}) for r in resources.values()
     )
-    env = function["Environment"]["Variables"]
-    assert env["OVS_CONFIG_PATH"] == {"Ref": "ConfigPath"}
     default = template["Parameters"]["ConfigPath"]["Default"]
     assert default == f"/var/task/{package.REPOSITORY_FOLDER}/config.json"
     module, name = function["Handler"].rsplit(".", 1)
@@ -136,3 +136,38 @@ def test_function_url_none_is_public_on_the_alias(cfn: dict[str, Any]) -> None:
     res = deployed(cfn, FunctionUrlAuthType="AWS_IAM")["Resources"]
     assert res["InferenceFunctionUrl"]["Properties"]["AuthType"] == "AWS_IAM"
     assert [p for p in permissions(res) if p["Principal"] == "*"] == []
+
+
+def _function_env(cfn: dict[str, Any], **parameters: str) -> dict[str, str]:
+    function = deployed(cfn, **parameters)["Resources"]["InferenceFunction"]["Properties"]
+    return dict(function["Environment"]["Variables"])
+
+
+@pytest.mark.parametrize("form", ["config_path", "model_path"])
+def test_each_baked_package_deploys_with_the_variables_its_build_names(
+    cfn: dict[str, Any], form: str, tmp_path: Path
+) -> None:
+    """What `package lambda-zip` bakes (a config's folder, or one model's folder), deployed
+    with the template's parameters as docs/deploy.md gives them, serves that repository: the
+    function's OVS_* variables are the ones the build prints, and the settings read them
+    without a config error."""
+    staging = tmp_path / "staging"
+    if form == "config_path":
+        options = package.Options(config_path=write_demo_repository(tmp_path / "models"))
+        parameters: dict[str, str] = {}  # the default ConfigPath
+    else:
+        save(scaler(2.0), tmp_path / "scaler" / "1")
+        options = package.Options(model_path=tmp_path / "scaler", model_name="doubler")
+        parameters = {"ModelPath": f"/var/task/{package.REPOSITORY_FOLDER}/doubler"}
+        parameters["ModelName"] = "doubler"
+    printed = package.bake(options, staging)
+    env = _function_env(cfn, **parameters)
+    assert {k: v for k, v in env.items() if k in printed} == printed
+    location = {"OVS_CONFIG_PATH", "OVS_MODEL_PATH", "OVS_MODEL_NAME"}
+    assert location & set(env) == location & set(printed)  # nothing else names models
+    # the task root is where the build staged it
+    local = {k: v.replace(package.TASK_ROOT, str(staging)) for k, v in env.items()}
+    config = Settings.from_env(local).server_config()
+    served = {model.name: Path(model.base_path) for model in config.models}
+    assert set(served) == ({"classifier", "scaler"} if form == "config_path" else {"doubler"})
+    assert all((folder / "1").is_dir() for folder in served.values())
