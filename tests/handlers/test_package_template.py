@@ -16,7 +16,7 @@ from samtranslator.yaml_helper import yaml_parse
 from core.config import Settings
 from demo.models import save, scaler, write_demo_repository
 from handlers import package
-from tests.test_infra import deployed, permissions
+from tests.test_infra import MODEL_BUCKET_GRANTS, deployed, permissions, role_grants
 
 ROOT = Path(__file__).parents[2]
 TEMPLATE = ROOT / "template-zip.yaml"
@@ -171,3 +171,9 @@ def test_each_baked_package_deploys_with_the_variables_its_build_names(
     served = {model.name: Path(model.base_path) for model in config.models}
     assert set(served) == ({"classifier", "scaler"} if form == "config_path" else {"doubler"})
     assert all((folder / "1").is_dir() for folder in served.values())
+
+
+def test_the_role_reads_the_model_bucket_and_nothing_more(cfn: dict[str, Any]) -> None:
+    bucket = {"ModelBucket": "models", "ConfigPath": "s3://models/config.json"}
+    assert role_grants(deployed(cfn, **bucket)["Resources"]) == MODEL_BUCKET_GRANTS
+    assert role_grants(deployed(cfn)["Resources"]) == set()  # baked models: no bucket
