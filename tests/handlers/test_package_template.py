@@ -105,8 +105,8 @@ def test_url_and_http_api_invoke_the_alias_not_latest(resources: dict[str, Any])
     assert resources[alias]["Properties"]["Name"] == "live"
     url = resources["InferenceFunctionUrl"]["Properties"]
     assert url["TargetFunctionArn"] == {"Ref": alias}  # an alias's Ref is its ARN
-    body = json.dumps(resources["ServerlessHttpApi"]["Properties"]["Body"])
-    assert alias in body  # the integration's URI is the alias's ARN
+    integration = resources["HttpApiIntegration"]["Properties"]
+    assert integration["IntegrationUri"] == {"Ref": alias}
     permissions = [
         r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Permission"
     ]
@@ -177,3 +177,26 @@ def test_the_role_reads_the_model_bucket_and_nothing_more(cfn: dict[str, Any]) -
     bucket = {"ModelBucket": "models", "ConfigPath": "s3://models/config.json"}
     assert role_grants(deployed(cfn, **bucket)["Resources"]) == MODEL_BUCKET_GRANTS
     assert role_grants(deployed(cfn)["Resources"]) == set()  # baked models: no bucket
+
+
+def _http_api_auth(resources: dict[str, Any]) -> list[str]:
+    """The authorization of every way into the HTTP API: each route resource's, or each
+    operation's of an OpenAPI body (SAM's events), where no `security` means NONE."""
+    auth = []
+    for resource in resources.values():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::ApiGatewayV2::Route":
+            auth.append(props["AuthorizationType"])
+        if resource["Type"] == "AWS::ApiGatewayV2::Api" and "Body" in props:
+            for operations in props["Body"]["paths"].values():
+                for operation in operations.values():
+                    auth.append("AWS_IAM" if operation.get("security") else "NONE")
+    return auth
+
+
+def test_aws_iam_signs_the_http_api_too(cfn: dict[str, Any]) -> None:
+    """FunctionUrlAuthType is the stack's one auth choice, as in template.yaml: with AWS_IAM
+    the HTTP API takes only SigV4-signed calls as well; with NONE both are public."""
+    assert set(_http_api_auth(deployed(cfn)["Resources"])) == {"NONE"}
+    signed = deployed(cfn, FunctionUrlAuthType="AWS_IAM")["Resources"]
+    assert set(_http_api_auth(signed)) == {"AWS_IAM"}
