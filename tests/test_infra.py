@@ -251,9 +251,7 @@ def test_template_shape() -> None:
     assert "s3://${ModelBucket}/${ConfigPath}" in json.dumps(env["OVS_CONFIG_PATH"])
     assert "s3://${ModelBucket}/${ModelPrefix}" in json.dumps(env["OVS_MODEL_PATH"])
 
-    # Read access to the model bucket only: one S3ReadPolicy template, nothing broader.
     policies = json.dumps(props["Policies"])
-    assert '"S3ReadPolicy": {"BucketName": {"Ref": "ModelBucket"}}' in policies
     assert "FullAccess" not in policies and '"*"' not in policies
 
 
@@ -346,6 +344,39 @@ def deployed(cfn: dict[str, Any], **overrides: str) -> dict[str, Any]:
 
 def permissions(resources: dict[str, Any]) -> list[dict[str, Any]]:
     return [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Permission"]
+
+
+# What the storage clients call on the model bucket (named "models" in these tests):
+# ListObjectsV2 (s3:ListBucket) and GetObject, HEAD included (s3:GetObject); GetBucketLocation,
+# object versions or lifecycle rules (SAM's S3ReadPolicy) are never read.
+MODEL_BUCKET_GRANTS = {
+    ("s3:ListBucket", "arn:${AWS::Partition}:s3:::models"),
+    ("s3:GetObject", "arn:${AWS::Partition}:s3:::models/*"),
+}
+
+
+def role_grants(resources: dict[str, Any]) -> set[tuple[str, str]]:
+    """(action, resource) pairs of the function role's own policies, after the conditions,
+    for ModelBucket=models."""
+    grants = set()
+    for policy in resources["InferenceFunctionRole"]["Properties"].get("Policies", []):
+        for statement in policy["PolicyDocument"]["Statement"]:
+            assert statement["Effect"] == "Allow" and "Condition" not in statement
+            actions, targets = statement["Action"], statement["Resource"]
+            for action in [actions] if isinstance(actions, str) else actions:
+                for target in targets if isinstance(targets, list) else [targets]:
+                    grants.add((action, _arn(target)))
+    return grants
+
+
+def _arn(target: dict[str, Any]) -> str:
+    """An Fn::Sub ARN as one string, ModelBucket as "models" (SAM's policy templates pass it
+    as a variable, which `deployed` has already resolved)."""
+    sub = target["Fn::Sub"]
+    text, names = (sub, {}) if isinstance(sub, str) else sub
+    for name, value in {"ModelBucket": "models", **names}.items():
+        text = text.replace("${" + name + "}", value)
+    return str(text)
 
 
 def test_function_url_none_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -441,6 +472,13 @@ def test_rules_refuse_a_bucket_without_models(monkeypatch: pytest.MonkeyPatch) -
     assert env["Properties"]["Environment"]["Variables"]["OVS_CONFIG_PATH"] == {
         "Fn::Sub": "s3://${ModelBucket}/${ConfigPath}"
     }
+
+
+def test_the_role_reads_the_model_bucket_and_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfn = sam_transform(monkeypatch)
+    res = deployed(cfn, ModelBucket="models", ConfigPath="models/config.json")["Resources"]
+    assert role_grants(res) == MODEL_BUCKET_GRANTS
+    assert role_grants(deployed(cfn)["Resources"]) == set()  # baked models: no bucket
 
 
 def _cfn_lint(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -838,9 +876,13 @@ def test_azure_function_app() -> None:
 
 
 def test_azure_requirements_cover_pyproject() -> None:
+    """A code deployment installs what the Azure image installs: the base dependencies and
+    each extra of its pip install (text: embeddings and rerank models' tokenizers)."""
     project = pyproject()["project"]
     wanted = {_req_name(s) for s in project["dependencies"]}
-    wanted |= {_req_name(s) for s in project["optional-dependencies"]["azure"]}
+    (extras,) = re.findall(r'"\./\[([\w,]+)\]"', " ".join(instr(DOCKERFILES["azure"], "RUN")))
+    for extra in extras.split(","):
+        wanted |= {_req_name(s) for s in project["optional-dependencies"][extra]}
     lines = (INFRA / "azure" / "requirements.txt").read_text().splitlines()
     have = {_req_name(s) for s in lines if s.strip() and not s.lstrip().startswith("#")}
     assert wanted <= have, f"infra/azure/requirements.txt lacks {sorted(wanted - have)}"
