@@ -322,18 +322,26 @@ def test_ovmsclient_grpc_strings(server: Server) -> None:
     assert got.tolist() == [[b"x", NOT_UTF8], [b"x", NOT_UTF8]]
 
 
-def test_tfs_stub_string_val(server: Server) -> None:
+def _pick_request(
+    shape: tuple[int, int], strings: list[bytes], index: list[int]
+) -> predict_pb2.PredictRequest:
+    """A TF Serving Predict of the "pick" model: a string tensor, the rows to pick."""
     request = predict_pb2.PredictRequest()
     request.model_spec.name = "pick"
     text = request.inputs["text"]
     text.dtype = types_pb2.DT_STRING
-    text.tensor_shape.dim.add(size=2)
-    text.tensor_shape.dim.add(size=1)
-    text.string_val.extend([b"one", NOT_UTF8])
-    index = request.inputs["index"]
-    index.dtype = types_pb2.DT_INT32
-    index.tensor_shape.dim.add(size=1)
-    index.int_val.append(1)
+    for size in shape:
+        text.tensor_shape.dim.add(size=size)
+    text.string_val.extend(strings)
+    rows = request.inputs["index"]
+    rows.dtype = types_pb2.DT_INT32
+    rows.tensor_shape.dim.add(size=len(index))
+    rows.int_val.extend(index)
+    return request
+
+
+def test_tfs_stub_string_val(server: Server) -> None:
+    request = _pick_request((2, 1), [b"one", NOT_UTF8], [1])
     with grpc.insecure_channel(server.target) as channel:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         reply = stub.Predict(request, timeout=30)
@@ -375,16 +383,7 @@ def test_string_output_without_elements_keeps_the_server_up(server: Server) -> N
     """An empty index picks no rows: a [0, 2] string output, answered on both gRPC APIs.
     (OpenVINO's Tensor.bytes_data of a string tensor without elements dies of SIGFPE; the
     server must not read it.)"""
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = "pick"
-    text = request.inputs["text"]
-    text.dtype = types_pb2.DT_STRING
-    text.tensor_shape.dim.add(size=1)
-    text.tensor_shape.dim.add(size=2)
-    text.string_val.extend([b"a", b"b"])
-    index = request.inputs["index"]
-    index.dtype = types_pb2.DT_INT32
-    index.tensor_shape.dim.add(size=0)
+    request = _pick_request((1, 2), [b"a", b"b"], [])
     infer = kserve_pb.ModelInferRequest(model_name="pick")
     infer.inputs.add(name="text", datatype="BYTES", shape=[1, 2]).contents.bytes_contents.extend(
         [b"a", b"b"]
@@ -422,18 +421,7 @@ def test_string_outputs_all_empty_come_back_empty(server: Server) -> None:
                 index.set_data_from_numpy(np.array([0, 0], np.int32))
                 got = triton.infer("pick", [text, index]).as_numpy("picked")
                 assert got is not None and got.tolist() == [words, words]
-                request = predict_pb2.PredictRequest()
-                request.model_spec.name = "pick"
-                proto = request.inputs["text"]
-                proto.dtype = types_pb2.DT_STRING
-                proto.tensor_shape.dim.add(size=2)
-                proto.tensor_shape.dim.add(size=1)
-                proto.string_val.extend(words)
-                rows = request.inputs["index"]
-                rows.dtype = types_pb2.DT_INT32
-                rows.tensor_shape.dim.add(size=2)
-                rows.int_val.extend([1, 1])
-                reply = stub.Predict(request, timeout=30)
+                reply = stub.Predict(_pick_request((2, 1), words, [1, 1]), timeout=30)
                 assert list(reply.outputs["picked"].string_val) == [words[1], words[1]]
 
 
