@@ -79,15 +79,13 @@ def decode_batch(
     decoded: list[np.ndarray] = []
     for item in items:
         pixels = _decode_one(item, spec.name, channels[1], limits.max_image_pixels)
-        size = (_target(height, pixels.shape[0]), _target(width, pixels.shape[1]))
-        shape = (*size, pixels.shape[2])
         if not decoded:
-            _check_batch(limits, len(items), shape, spec, dtype)
-        elif shape != decoded[0].shape:
-            raise InvalidInputError(
-                "Binary input images for this endpoint are required to have the same "
-                f"resolution; input name: {spec.name}"
-            )
+            # the first image sets the size (within a range, or its own for -1) and the
+            # channels (for -1) of the whole batch, as in OVMS
+            size = (_target(height, pixels.shape[0]), _target(width, pixels.shape[1]))
+            _check_batch(limits, len(items), (*size, pixels.shape[2]), spec, dtype)
+        else:
+            _check_like_first(pixels, decoded[0], (height, width), spec.name)
         decoded.append(_bgr(resize_linear(pixels, *size, _work_type(dtype)), color_format))
     batch = np.stack(decoded)
     if layout == "NCHW":
@@ -105,6 +103,21 @@ def _check_batch(
         [count, height, width, channels] if layout == "NHWC" else [count, channels, height, width]
     )
     check_shape(limits, shape, spec.name, dtype.itemsize)
+
+
+def _check_like_first(
+    pixels: np.ndarray, first: np.ndarray, dims: tuple[tuple[int, int], ...], name: str
+) -> None:
+    """A later image of a batch: the first one's channels, and its size along any -1 dim
+    (a static or ranged dim is resized to)."""
+    if pixels.shape[2] != first.shape[2]:
+        raise _channels_error(first.shape[2], str(pixels.shape[2]), name)
+    for axis, (low, _) in enumerate(dims):
+        if low == -1 and pixels.shape[axis] != first.shape[axis]:
+            raise InvalidInputError(
+                "Binary input images for this endpoint are required to have the same "
+                f"resolution; input name: {name}"
+            )
 
 
 def _decode_one(data: object, name: str, channels: int, max_pixels: int) -> np.ndarray:
@@ -155,6 +168,8 @@ def _channels(image: Image.Image, channels: int, name: str) -> np.ndarray:
     them), or a channels error when that would lose information."""
     if _sixteen_bit(image):
         raise _channels_error(channels, "16-bit samples", name)
+    if image.mode == "CMYK":
+        return _match(_cmyk_to_rgb(image), channels, name)
     base = "L" if image.mode in _GREY_MODES else "RGB"
     if image.has_transparency_data:
         pixels = np.asarray(image.convert("RGBA"))
@@ -168,6 +183,19 @@ def _channels(image: Image.Image, channels: int, name: str) -> np.ndarray:
         if pixels.ndim == 2:
             pixels = pixels[:, :, None]
     return _match(pixels, channels, name)
+
+
+def _cmyk_to_rgb(image: Image.Image) -> np.ndarray:
+    """A CMYK jpeg's RGB by OpenCV's integer rule on the samples libjpeg gives (inverted in
+    Adobe files, which Pillow un-inverts), not Pillow's rule, which differs by 1 or 2."""
+    tiles = getattr(image, "tile", ())
+    inverted = any(tile.args and tile.args[0] == "CMYK;I" for tile in tiles)
+    samples = np.asarray(image).astype(np.int32)
+    if inverted:
+        samples = 255 - samples
+    black = samples[:, :, 3:]
+    rgb = black - (((255 - samples[:, :, :3]) * black) >> 8)
+    return rgb.astype(np.uint8)
 
 
 def _match(pixels: np.ndarray, channels: int, name: str) -> np.ndarray:

@@ -35,10 +35,11 @@ ECHOES = {
     "echo_grey": ([1, 64, 64, 1], ov.Type.u8),
     "echo_any": ([1, 64, 64, -1], ov.Type.u8),
     "echo_up": ([1, *UP, 3], ov.Type.f32),
+    "echo_batch": ("[2,16..64,16..64,?]", ov.Type.u8),
 }
 
 
-def echo(shape: list[int], element: ov.Type) -> ov.Model:
+def echo(shape: list[int] | str, element: ov.Type) -> ov.Model:
     image = ops.parameter(ov.PartialShape(shape), element, name="image")
     image.set_layout(ov.Layout("NHWC"))
     pixels = ops.convert(image, ov.Type.f32)
@@ -137,6 +138,30 @@ def test_resize_linear_matches_cv2_float_and_8_bit(name: str, size: tuple[int, i
     assert np.abs(rounded - eight_bit.reshape(got.shape)).max() <= 1
 
 
+def test_batch_for_a_size_range_takes_the_first_images_size(server: RunningServer) -> None:
+    """H and W are ranges: the first image in range sets the size, as OVMS does, and the
+    others are resized to it."""
+    rng = np.random.default_rng(3)
+    first, second = png(rng.integers(0, 256, (40, 50, 3), np.uint8)), photo("chelsea.png")
+    response = server.post(
+        "/v1/models/echo_batch:predict", {"instances": [b64(first), b64(second)]}
+    )
+    assert response.status_code == 200, response.text
+    got = np.asarray(response.json()["predictions"], dtype=np.float32)
+    assert got.shape == (2, 40, 50, 3)
+    assert np.array_equal(got[0], opencv(first, (40, 50)))
+    assert np.abs(got[1] - opencv(second, (40, 50))).max() <= 1
+
+
+def test_cmyk_jpeg_colours_are_opencvs(server: RunningServer) -> None:
+    """OpenCV turns CMYK into BGR with its own integer rule; Pillow's rule differs by 1-2."""
+    cmyk = np.random.default_rng(4).integers(0, 256, (64, 64, 4), np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(cmyk, "CMYK").save(buffer, format="JPEG", quality=95)
+    data = buffer.getvalue()
+    assert np.array_equal(received(server, "echo_rgb", data), opencv(data, (64, 64)))
+
+
 def test_bgr_order(server: RunningServer) -> None:
     pixels = np.zeros((64, 64, 3), np.uint8)
     pixels[..., 0] = 200  # red in RGB
@@ -194,6 +219,16 @@ def test_16_bit_png_is_refused(server: RunningServer, shape: tuple[int, ...]) ->
     model = "echo_grey" if len(shape) == 2 else "echo_rgb"
     message = refused(server, model, encoded.tobytes())
     assert message.startswith(CHANNELS_ERROR) and "16-bit" in message, message
+
+
+def test_batch_of_colour_and_grey_to_any_channels_is_a_channels_error(
+    server: RunningServer,
+) -> None:
+    """C = -1: the first image sets the channels, as in OVMS."""
+    colour, grey = photo("chelsea.png"), photo("camera.png")
+    response = server.post("/v1/models/echo_batch:predict", {"instances": [b64(colour), b64(grey)]})
+    assert response.status_code == 400, response.text
+    assert error_of(response) == f"{CHANNELS_ERROR} - Expected: 3; Actual: 1; input name: image"
 
 
 def test_channels_error_over_kserve_binary(server: RunningServer) -> None:
