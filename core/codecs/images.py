@@ -22,6 +22,7 @@ from core.errors import ImageDecodeError, InvalidInputError
 from core.tensors import dtypes
 from core.tensors.limits import DEFAULT as DEFAULT_LIMITS
 from core.tensors.limits import Limits, check_shape
+from core.tensors.spec import precision_name
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from core.tensors.spec import Inputs, TensorSpec
 
 _GREY_MODES = frozenset({"1", "L", "LA", "La"})
+# the precisions OVMS converts images to (OpenCV's depths); others answer "Invalid input precision"
+_IMAGE_PRECISIONS = frozenset({"UINT8", "INT8", "UINT16", "INT16", "INT32", "FP16", "FP32", "FP64"})
 
 
 def decode_inputs(
@@ -73,6 +76,11 @@ def decode_batch(
         if layout == "NHWC"
         else (spec.dims[2], spec.dims[3], spec.dims[1])
     )
+    if spec.dtype.kserve not in _IMAGE_PRECISIONS:
+        raise InvalidInputError(
+            f"Invalid input precision - binary image input cannot be converted to "
+            f"{precision_name(spec.dtype)}; input name: {spec.name}"
+        )
     dtype = np.dtype(spec.dtype.numpy)
     if all(low == high != -1 for low, high in (height, width, channels)):
         _check_batch(limits, len(items), (height[0], width[0], channels[0]), spec, dtype)

@@ -36,6 +36,9 @@ ECHOES = {
     "echo_any": ([1, 64, 64, -1], ov.Type.u8),
     "echo_up": ([1, *UP, 3], ov.Type.f32),
     "echo_batch": ("[2,16..64,16..64,?]", ov.Type.u8),
+    "echo_bool": ([1, 64, 64, 3], ov.Type.boolean),
+    "echo_i64": ([1, 64, 64, 3], ov.Type.i64),
+    "echo_i16": ([1, 64, 64, 3], ov.Type.i16),
 }
 
 
@@ -160,6 +163,21 @@ def test_cmyk_jpeg_colours_are_opencvs(server: RunningServer) -> None:
     Image.fromarray(cmyk, "CMYK").save(buffer, format="JPEG", quality=95)
     data = buffer.getvalue()
     assert np.array_equal(received(server, "echo_rgb", data), opencv(data, (64, 64)))
+
+
+@pytest.mark.parametrize(("model", "precision"), [("echo_bool", "BOOL"), ("echo_i64", "I64")])
+def test_image_to_a_precision_opencv_lacks_is_refused(
+    server: RunningServer, model: str, precision: str
+) -> None:
+    """OVMS converts images only to OpenCV's depths (u8, i8, u16, i16, i32, f16, f32, f64)."""
+    message = refused(server, model, photo("chelsea.png"))
+    assert message.startswith("Invalid input precision") and precision in message, message
+
+
+def test_image_to_an_int16_model_is_converted(server: RunningServer) -> None:
+    data = photo("chelsea.png")
+    got = received(server, "echo_i16", data)
+    assert np.abs(got - opencv(data, (64, 64), np.int16)).max() <= 1
 
 
 def test_bgr_order(server: RunningServer) -> None:
