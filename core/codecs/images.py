@@ -22,6 +22,7 @@ from core.errors import ImageDecodeError, InvalidInputError
 from core.tensors import dtypes
 from core.tensors.limits import DEFAULT as DEFAULT_LIMITS
 from core.tensors.limits import Limits, check_shape
+from core.tensors.shapes import format_dims
 from core.tensors.spec import precision_name
 
 if TYPE_CHECKING:
@@ -66,11 +67,17 @@ def decode_batch(
     """A 1-D object array of encoded images -> one N,H,W,C or N,C,H,W array. The batch's
     size is checked against `limits` from the model's dims when they are static, else from
     the first image (all must share its resolution), before the rest are decoded."""
-    if items.ndim != 1 or items.size == 0:
+    if items.ndim != 1:
         raise InvalidInputError(
-            f"Binary image input must be a 1-D batch of images; input name: {spec.name}"
+            "Invalid number of shape dimensions - Expected number of input shape dimensions: "
+            f"1; Actual: {items.ndim}; input name: {spec.name}"
         )
     layout = spec.image_layout or "NHWC"
+    if items.size == 0:
+        expected = format_dims((spec.dims[0],))[1:-1]
+        raise InvalidInputError(
+            f"Invalid input batch size - Expected: {expected}; Actual: 0; input name: {spec.name}"
+        )
     height, width, channels = (
         (spec.dims[1], spec.dims[2], spec.dims[3])
         if layout == "NHWC"

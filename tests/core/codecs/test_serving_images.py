@@ -182,6 +182,40 @@ def test_broken_image_in_kserve_bytes_is_400(zoo_server: RunningServer) -> None:
     _good(zoo_server)
 
 
+@pytest.mark.parametrize(
+    ("shape", "items", "message"),
+    [
+        (
+            [1, 1],
+            [PNG],
+            "Invalid number of shape dimensions - Expected number of input shape dimensions: "
+            "1; Actual: 2; input name: input",
+        ),
+        ([0], [], "Invalid input batch size - Expected: 1; Actual: 0; input name: input"),
+    ],
+    ids=["2-D", "no-image"],
+)
+def test_kserve_bytes_image_shape_errors_are_ovms(
+    zoo_server: RunningServer, shape: list[int], items: list[bytes], message: str
+) -> None:
+    payload = bytes_framing(items)
+    doc = {
+        "inputs": [
+            {
+                "name": "input",
+                "shape": shape,
+                "datatype": "BYTES",
+                "parameters": {"binary_data_size": len(payload)},
+            }
+        ]
+    }
+    data, headers = kserve_binary_request(doc, payload)
+    response = zoo_server.post("/v2/models/classifier/infer", data=data, headers=headers)
+    assert response.status_code == 400, response.text
+    assert error_of(response) == message
+    _good(zoo_server)
+
+
 @pytest.mark.parametrize("text", ["%%% not base64 %%%", "abc", "YW Jj"])
 def test_not_base64_is_400(zoo_server: RunningServer, text: str) -> None:
     response = zoo_server.post("/v1/models/classifier:predict", {"instances": [{"b64": text}]})
