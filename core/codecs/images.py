@@ -201,16 +201,26 @@ def _channels(image: Image.Image, channels: int, name: str) -> np.ndarray:
 
 
 def _cmyk_to_rgb(image: Image.Image) -> np.ndarray:
-    """A CMYK jpeg's RGB by OpenCV's integer rule on the samples libjpeg gives (inverted in
-    Adobe files, which Pillow un-inverts), not Pillow's rule, which differs by 1 or 2."""
+    """A CMYK jpeg's RGB by OpenCV's integer rule, k - (255 - c) * k >> 8, on the samples
+    libjpeg gives, which are inverted in Adobe files (Pillow un-inverts them); Pillow's own
+    rule differs by 1 or 2. One channel at a time in 16 bits, to hold memory near the RGB
+    path's."""
     tiles = getattr(image, "tile", ())
     inverted = any(tile.args and tile.args[0] == "CMYK;I" for tile in tiles)
-    samples = np.asarray(image).astype(np.int32)
+    black = np.asarray(image.getchannel(3)).astype(np.uint16)
     if inverted:
-        samples = 255 - samples
-    black = samples[:, :, 3:]
-    rgb = black - (((255 - samples[:, :, :3]) * black) >> 8)
-    return rgb.astype(np.uint8)
+        np.subtract(255, black, out=black)
+    rgb = np.empty((image.height, image.width, 3), np.uint8)
+    for channel in range(3):
+        # 255 - libjpeg's sample: Pillow's sample itself when inverted
+        product = np.asarray(image.getchannel(channel)).astype(np.uint16)
+        if not inverted:
+            np.subtract(255, product, out=product)
+        product *= black  # at most 255 * 255: fits in 16 bits
+        product >>= 8
+        np.subtract(black, product, out=product)
+        rgb[:, :, channel] = product
+    return rgb
 
 
 def _match(pixels: np.ndarray, channels: int, name: str) -> np.ndarray:

@@ -180,6 +180,31 @@ def test_image_to_an_int16_model_is_converted(server: RunningServer) -> None:
     assert np.abs(got - opencv(data, (64, 64), np.int16)).max() <= 1
 
 
+def test_cmyk_jpeg_decodes_in_bounded_memory() -> None:
+    """A 64 M pixel CMYK jpeg is a few KB: its conversion must stay near the RGB path's
+    memory (6 bytes a pixel here), not grow to 16-bit or 32-bit copies of all four channels
+    (40 bytes a pixel, 2.4 GB at the default pixel limit)."""
+    import tracemalloc
+
+    from core.codecs.images import decode_batch
+    from core.tensors import dtypes
+    from core.tensors.spec import TensorSpec
+
+    side = 2000
+    buffer = io.BytesIO()
+    Image.new("CMYK", (side, side), (10, 20, 30, 40)).save(buffer, format="JPEG")
+    items = np.empty(1, dtype=object)
+    items[0] = buffer.getvalue()
+    spec = TensorSpec("image", dtypes.BY_KSERVE["UINT8"], ((1, 1), (64, 64), (64, 64), (3, 3)))
+    tracemalloc.start()
+    try:
+        decode_batch(items, spec)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak / side**2 < 12
+
+
 def test_bgr_order(server: RunningServer) -> None:
     pixels = np.zeros((64, 64, 3), np.uint8)
     pixels[..., 0] = 200  # red in RGB
