@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from core.tensors.spec import Inputs, TensorSpec
 
 _GREY_MODES = frozenset({"1", "L", "LA", "La"})
+# MPO: a jpeg with a multi-picture index (many phone and camera photos), read as its first
+# picture, as OpenCV reads it
+_FORMATS = frozenset({"JPEG", "MPO", "PNG"})
 # the precisions OVMS converts images to (OpenCV's depths); others answer "Invalid input precision"
 _IMAGE_PRECISIONS = frozenset({"UINT8", "INT8", "UINT16", "INT16", "INT32", "FP16", "FP32", "FP64"})
 
@@ -145,7 +148,7 @@ def _decode_one(data: object, name: str, channels: int, max_pixels: int) -> np.n
     # left as it is) refuses what is far over its default before the header is even kept
     try:
         with Image.open(io.BytesIO(bytes(data))) as image:
-            if image.format not in ("JPEG", "PNG"):
+            if image.format not in _FORMATS:
                 raise ImageDecodeError(
                     f"Image parsing failed - format {image.format} is not "
                     f"jpeg or png; input name: {name}"

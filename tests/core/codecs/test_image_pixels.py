@@ -205,6 +205,17 @@ def test_cmyk_jpeg_decodes_in_bounded_memory() -> None:
     assert peak / side**2 < 12
 
 
+def test_multi_picture_jpeg_is_its_first_picture(server: RunningServer) -> None:
+    """A jpeg with a multi-picture index (MPO: phone and camera photos) is a jpeg to OpenCV,
+    which decodes its first picture."""
+    rng = np.random.default_rng(5)
+    first, second = (Image.fromarray(rng.integers(0, 256, (64, 64, 3), np.uint8)) for _ in "ab")
+    buffer = io.BytesIO()
+    first.save(buffer, format="MPO", save_all=True, append_images=[second])
+    data = buffer.getvalue()
+    assert np.array_equal(received(server, "echo_rgb", data), opencv(data, (64, 64)))
+
+
 def test_bgr_order(server: RunningServer) -> None:
     pixels = np.zeros((64, 64, 3), np.uint8)
     pixels[..., 0] = 200  # red in RGB
