@@ -34,7 +34,9 @@ class TensorSpec:
 
     @property
     def image_layout(self) -> str | None:
-        """NHWC or NCHW when this input can take jpeg/png images, else None."""
+        """NHWC or NCHW when this input can take jpeg/png images, else None. A 4-D input of
+        unknown layout is NHWC, as OVMS's default layout `N...` is, unless its dims read as
+        NCHW (1, 3 or 4 channels first)."""
         if len(self.dims) != 4 or self.dtype is dtypes.BYTES:
             return None
         if self.layout in ("NHWC", "NCHW"):
@@ -44,7 +46,7 @@ class TensorSpec:
             return "NHWC"
         if channels_first[1] in (1, 3, 4):
             return "NCHW"
-        return None
+        return "NHWC"
 
     def check_shape(self, shape: tuple[int, ...]) -> None:
         if len(shape) != len(self.dims):

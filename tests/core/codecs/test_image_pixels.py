@@ -39,12 +39,14 @@ ECHOES = {
     "echo_bool": ([1, 64, 64, 3], ov.Type.boolean),
     "echo_i64": ([1, 64, 64, 3], ov.Type.i64),
     "echo_i16": ([1, 64, 64, 3], ov.Type.i16),
+    "echo_unlaid": ("[1,?,?,?]", ov.Type.u8),  # no layout: OVMS's default N... applies
 }
 
 
-def echo(shape: list[int] | str, element: ov.Type) -> ov.Model:
+def echo(shape: list[int] | str, element: ov.Type, layout: str = "NHWC") -> ov.Model:
     image = ops.parameter(ov.PartialShape(shape), element, name="image")
-    image.set_layout(ov.Layout("NHWC"))
+    if layout:
+        image.set_layout(ov.Layout(layout))
     pixels = ops.convert(image, ov.Type.f32)
     pixels.output(0).get_tensor().set_names({"pixels"})
     return ov.Model([pixels], [image], "echo")
@@ -56,7 +58,8 @@ def server(
 ) -> RunningServer:
     root = tmp_path_factory.mktemp("echo")
     for name, (shape, element) in ECHOES.items():
-        save_ir(echo(shape, element), root / name / "1")
+        layout = "" if name == "echo_unlaid" else "NHWC"
+        save_ir(echo(shape, element, layout), root / name / "1")
     config = write_config(
         root / "config.json", [{"name": name, "base_path": name} for name in ECHOES]
     )
@@ -214,6 +217,15 @@ def test_multi_picture_jpeg_is_its_first_picture(server: RunningServer) -> None:
     first.save(buffer, format="MPO", save_all=True, append_images=[second])
     data = buffer.getvalue()
     assert np.array_equal(received(server, "echo_rgb", data), opencv(data, (64, 64)))
+
+
+def test_any_image_to_a_dynamic_input_without_layout(server: RunningServer) -> None:
+    """[1,?,?,?] with no layout: OVMS's default layout N... takes images as NHWC, at their
+    own size and channels."""
+    data = photo("chelsea.png")
+    got = received(server, "echo_unlaid", data)
+    want = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    assert np.array_equal(got, want)
 
 
 def test_bgr_order(server: RunningServer) -> None:
