@@ -3,7 +3,8 @@
 OVMS decodes with OpenCV, so channels come out BGR by default; `color_format: RGB` in the
 model config switches. Like OVMS, pixels are converted to the model's precision first and then
 resized with OpenCV's INTER_LINEAR rule (half-pixel centres, two taps per axis, no
-antialiasing), computed here with numpy. A 1- or 3-channel input gets that many channels when
+antialiasing), computed here with numpy: bit for bit OpenCV's fixed-point path for a u8 model,
+in floats otherwise. A 1- or 3-channel input gets that many channels when
 the image converts without loss (grey to colour, an opaque alpha dropped); otherwise the request
 fails with OVMS's "Invalid number of channels in binary input". Pillow is imported on the first
 image only (cold start).
@@ -104,7 +105,7 @@ def decode_batch(
             _check_batch(limits, len(items), (*size, pixels.shape[2]), spec, dtype)
         else:
             _check_like_first(pixels, decoded[0], (height, width), spec.name)
-        decoded.append(_bgr(resize_linear(pixels, *size, _work_type(dtype)), color_format))
+        decoded.append(_bgr(_resize(pixels, size, dtype), color_format))
     batch = np.stack(decoded)
     if layout == "NCHW":
         batch = batch.transpose(0, 3, 1, 2)
@@ -271,6 +272,64 @@ def _cast(batch: np.ndarray, dtype: np.dtype) -> np.ndarray:
         info = np.iinfo(dtype)
         batch = np.clip(np.floor(batch + 0.5), info.min, info.max)
     return batch.astype(dtype, copy=False)
+
+
+def _resize(pixels: np.ndarray, size: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    """Resized as OVMS resizes after converting to the model's precision: OpenCV's 8-bit
+    fixed-point path for a u8 model, floats otherwise."""
+    if dtype == np.uint8:
+        return resize_linear_u8(pixels, *size)
+    return resize_linear(pixels, *size, _work_type(dtype))
+
+
+def resize_linear_u8(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
+    """An H,W,C uint8 array resized bit for bit as cv::resize(..., INTER_LINEAR) resizes 8-bit
+    images: 11-bit weights from single-precision positions, columns first, then rows with
+    OpenCV's shifts and rounding. Only the source rows that are used are read."""
+    if pixels.shape[:2] == (height, width):
+        return pixels
+    first_col, second_col, left, right = _taps_u8(pixels.shape[1], width, clamp=True)
+    first_row, second_row, top, bottom = _taps_u8(pixels.shape[0], height, clamp=False)
+
+    def columns(rows: np.ndarray) -> np.ndarray:
+        picked = pixels[rows]
+        out = picked[:, first_col].astype(np.int32)
+        out *= left[:, None]
+        out += picked[:, second_col].astype(np.int32) * right[:, None]
+        out >>= 4
+        return out
+
+    upper = columns(first_row)
+    upper *= top[:, None, None]
+    upper >>= 16
+    lower = columns(second_row)
+    lower *= bottom[:, None, None]
+    lower >>= 16
+    upper += lower
+    upper += 2
+    upper >>= 2
+    return np.clip(upper, 0, 255).astype(np.uint8)
+
+
+@lru_cache(maxsize=64)
+def _taps_u8(source: int, target: int, clamp: bool) -> tuple[np.ndarray, ...]:
+    """OpenCV's 8-bit taps along one axis: the two source indices and their weights out of
+    2048. Columns (`clamp`) past a border take the border pixel whole; rows keep their
+    weights on the clamped border row, as OpenCV does."""
+    position = ((np.arange(target) + 0.5) * (1.0 / (target / source)) - 0.5).astype(np.float32)
+    first = np.floor(position).astype(np.int64)
+    weight = position - first.astype(np.float32)
+    if clamp:
+        outside = (first < 0) | (first >= source - 1)
+        weight[outside] = 0.0
+        first = np.clip(first, 0, source - 1)
+    one = np.float32(2048)
+    before = np.rint((np.float32(1) - weight) * one).astype(np.int32)
+    after = np.rint(weight * one).astype(np.int32)
+    if clamp:
+        before[outside] = 2048
+    second = np.clip(first + 1, 0, source - 1)
+    return np.clip(first, 0, source - 1), second, before, after
 
 
 def resize_linear(
