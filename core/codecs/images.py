@@ -68,9 +68,10 @@ def decode_batch(
     color_format: str = "BGR",
     limits: Limits = DEFAULT_LIMITS,
 ) -> np.ndarray:
-    """A 1-D object array of encoded images -> one N,H,W,C or N,C,H,W array. The batch's
-    size is checked against `limits` from the model's dims when they are static, else from
-    the first image (all must share its resolution), before the rest are decoded."""
+    """A 1-D object array of encoded images -> one N,H,W,C or N,C,H,W array. The first image
+    sets the batch's size where H or W is a range or -1 (the others must then match it along
+    a -1 dim, or are resized). The batch's size is checked against `limits` from the model's
+    dims when they are static, else from the first image, before the rest are decoded."""
     if items.ndim != 1:
         raise InvalidInputError(
             "Invalid number of shape dimensions - Expected number of input shape dimensions: "
