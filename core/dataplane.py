@@ -126,17 +126,15 @@ class DataPlane:
         not ready as a successful answer of false, as OVMS counts them."""
         try:
             with metrics.track(call.api, self.interface, call.method, name, None):
+                served = self.manager.model(name)
+                if version is not None and version not in served.versions:
+                    raise VersionNotFoundError(name, version)
                 try:
-                    served = self.manager.model(name)
-                    if version is not None and version not in served.versions:
-                        raise VersionNotFoundError(name, version)
                     self.manager.get(name, version)
-                except NotFoundError:
-                    raise
                 except ServingError as exc:
                     return exc
                 return None
-        except NotFoundError as exc:
+        except ServingError as exc:
             if unknown_raises:
                 raise
             return exc

@@ -15,6 +15,9 @@ import pytest
 
 from core.config import Settings
 from core.serving.servable import State
+from protos.gen.kserve.grpc_predict_v2_pb2 import ModelReadyRequest
+from protos.gen.kserve.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
+from tests.core.serving.pipeline.helpers import grpc_channel
 from tests.reload.helpers import (
     app_sender,
     corrupt_in_place,
@@ -185,6 +188,10 @@ def test_a_version_a_changed_config_drops_stays_listed_as_retired(tmp_path: Path
     assert status == 404
     assert "Model with requested version is retired - name: m; version: 1" in doc["error"]
     assert send("GET", "/v2/models/m")[1]["versions"] == ["2"]
+    with grpc_channel(app.manager) as channel:  # a known version: false, not NOT_FOUND
+        ready = GRPCInferenceServiceStub(channel).ModelReady
+        assert not ready(ModelReadyRequest(name="m", version="1"), timeout=10).ready
+        assert ready(ModelReadyRequest(name="m", version="2"), timeout=10).ready
     # wanted again: loaded again
     write_config_atomic(config, [entry])
     assert send("POST", "/v1/config/reload")[0] == 201
