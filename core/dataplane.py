@@ -121,17 +121,23 @@ class DataPlane:
         self, call: Call, name: str, version: int | None, unknown_raises: bool = False
     ) -> ServingError | None:
         """Why the model (version) cannot serve now, or None when it is ready. With
-        `unknown_raises`, an unknown model or version raises instead (gRPC's NOT_FOUND)."""
-        with metrics.track(call.api, self.interface, call.method, name, None):
-            if unknown_raises:
+        `unknown_raises`, an unknown model or version raises instead (gRPC's NOT_FOUND).
+        An unknown one counts as a failed request (without its made-up name), a known one
+        not ready as a successful answer of false, as OVMS counts them."""
+        try:
+            with metrics.track(call.api, self.interface, call.method, name, None):
                 served = self.manager.model(name)
                 if version is not None and version not in served.versions:
                     raise VersionNotFoundError(name, version)
-            try:
-                self.manager.get(name, version)
-            except ServingError as exc:
-                return exc
-            return None
+                try:
+                    self.manager.get(name, version)
+                except ServingError as exc:
+                    return exc
+                return None
+        except ServingError as exc:
+            if unknown_raises:
+                raise
+            return exc
 
     def config_status(self) -> dict[str, Any]:
         """Every model and pipeline with the status of each version (GET /v1/config)."""

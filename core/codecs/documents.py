@@ -93,14 +93,19 @@ def version_status(version: Described) -> dict[str, Any]:
 
 
 def kserve_metadata(servable: Described, versions: Iterable[Described]) -> dict[str, Any]:
-    """KServe model metadata: `versions` lists the model's AVAILABLE ones."""
+    """KServe model metadata: `versions` lists the model's AVAILABLE ones; the tensors are
+    sorted by name, as OVMS lists them (from its name-ordered tensor maps)."""
     return {
         "name": servable.name,
         "versions": [str(v.version) for v in versions if v.available],
         "platform": "OpenVINO",
-        "inputs": [_kserve_tensor(s) for s in servable.inputs.values()],
-        "outputs": [_kserve_tensor(s) for s in servable.outputs.values()],
+        "inputs": [_kserve_tensor(s) for s in _by_name(servable.inputs.values())],
+        "outputs": [_kserve_tensor(s) for s in _by_name(servable.outputs.values())],
     }
+
+
+def _by_name(specs: Iterable[TensorSpec]) -> list[TensorSpec]:
+    return sorted(specs, key=lambda spec: spec.name)
 
 
 def _kserve_tensor(spec: TensorSpec) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from core.errors import InvalidInputError, ModelNotFoundError
+from core.errors import InvalidInputError, ModelNotFoundError, VersionNotFoundError
 from core.metrics.families import (
     AUTO_RELOADS,
     BATCH_SIZE,
@@ -141,10 +141,12 @@ def track(api: str, interface: str, method: str, name: str, version: int | None)
     try:
         yield record
     except Exception as exc:
-        labels = record.labels
-        if isinstance(exc, ModelNotFoundError):  # never a label per made-up name
+        labels, version = record.labels, record.version
+        if isinstance(exc, ModelNotFoundError | VersionNotFoundError):
+            version = None  # never a label per made-up version number
+        if isinstance(exc, ModelNotFoundError):  # nor per made-up name
             labels = (*labels[:3], "")
-        REQUESTS_FAIL.labels(*labels, _v(record.version)).inc()
+        REQUESTS_FAIL.labels(*labels, _v(version)).inc()
         raise
     else:
         REQUESTS_SUCCESS.labels(*record.labels, _v(record.version)).inc()

@@ -101,6 +101,9 @@ class ModelManager:
             current = self._keep_old_when_broken(current, reopened)
             names = {m.name for m in config.models}
             outgoing = [m for n, m in self.models.items() if n not in names or current[n] is not m]
+            for old in outgoing:
+                if old.name in names:  # reopened: the versions it drops stay listed, retiring
+                    current[old.name].list_retiring(old)
             self.models = {n: m for n, m in current.items() if n in names}
             self.retired = {
                 **{n: m for n, m in self.retired.items() if n not in names},

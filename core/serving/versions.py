@@ -115,6 +115,14 @@ class ServedModel:
                 version.status = before
         self._kept = {}
 
+    def list_retiring(self, old: ServedModel) -> None:
+        """List the versions of `old` (the model this one replaces) that this one lacks: they
+        retire with `old`, and show UNLOADING then END in the status, as OVMS keeps a version
+        a policy change drops."""
+        with self._lock:
+            dropped = {n: v for n, v in old.versions.items() if n not in self.versions}
+            self.versions = dict(sorted({**self.versions, **dropped}.items()))
+
     def release_all(self) -> None:
         """Never published: give back the files its versions fetched."""
         for version in self.versions.values():

@@ -135,9 +135,11 @@ def test_triton_metadata_and_health(zoo_server: RunningServer) -> None:
             {"name": "a", "datatype": "FP32", "shape": [-1, 4]},
             {"name": "b", "datatype": "FP32", "shape": [-1, 4]},
         ],
+        # sorted by name as OVMS lists them (its tensor maps are ordered), not in the
+        # model's order (sum, product): a client indexing outputs[0] reads the same tensor
         "outputs": [
-            {"name": "sum", "datatype": "FP32", "shape": [-1, 4]},
             {"name": "product", "datatype": "FP32", "shape": [-1, 4]},
+            {"name": "sum", "datatype": "FP32", "shape": [-1, 4]},
         ],
     }
     assert client.get_server_metadata()["name"] == "OpenVINO Model Server"

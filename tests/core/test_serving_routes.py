@@ -223,8 +223,11 @@ def test_kserve_model_metadata(zoo_server: RunningServer, name: str) -> None:
         "name": name,
         "versions": ["1"],
         "platform": "OpenVINO",
-        "inputs": [{"name": n, "datatype": "FP32", "shape": d} for n, d in inputs.items()],
-        "outputs": [{"name": n, "datatype": "FP32", "shape": d} for n, d in outputs.items()],
+        # listed by name, as OVMS lists them
+        "inputs": [{"name": n, "datatype": "FP32", "shape": d} for n, d in sorted(inputs.items())],
+        "outputs": [
+            {"name": n, "datatype": "FP32", "shape": d} for n, d in sorted(outputs.items())
+        ],
     }
     for path in (f"/v2/models/{name}", f"/v2/models/{name}/versions/1"):
         response = zoo_server.get(path)

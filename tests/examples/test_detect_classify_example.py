@@ -69,6 +69,9 @@ def test_the_example_serves_a_jpeg_as_the_steps_by_hand(
     dark = {"inputs": {"image": [{"b64": base64.b64encode(_jpeg([])).decode()}]}}
     assert server.post("/v1/models/detect_classify:predict", dark).status_code == 204
     meta = server.get("/v2/models/detect_classify").json()
-    assert [o["shape"] for o in meta["outputs"]] == [[-1, 1, 1000], [-1, 4]]
+    assert [(o["name"], o["shape"]) for o in meta["outputs"]] == [
+        ("boxes", [-1, 4]),
+        ("probabilities", [-1, 1, 1000]),
+    ]
     missing = server.post("/v1/models/detect_classify:predict", {"inputs": {"img": [1]}})
     assert missing.status_code == 400, error_of(missing)

@@ -185,9 +185,9 @@ def test_kserve_binary_gives_the_texts_as_bytes(ocr_app: App) -> None:
 def test_metadata_names_the_answer(ocr_app: App) -> None:
     meta = doc(call(ocr_app, "GET", "/v2/models/ocr"))
     assert [(o["name"], o["datatype"], o["shape"]) for o in meta["outputs"]] == [
-        ("texts", "BYTES", [-1]),
         ("boxes", "INT32", [-1, 4]),
         ("scores", "FP32", [-1]),
+        ("texts", "BYTES", [-1]),
     ]
 
 

@@ -292,6 +292,46 @@ def test_unknown_model_names_do_not_become_labels(limited: RunningServer) -> Non
     assert "made-up-" not in scrape(limited.url)
 
 
+def test_unknown_names_and_versions_on_any_route_do_not_become_labels(
+    limited: RunningServer,
+) -> None:
+    """Every route a client can name a model or version on: a made-up one adds no series
+    (a scraper probing names would grow /metrics without bound). KServe's REST ready route
+    counted a made-up name as a success under its own label; every route labelled a
+    made-up version number."""
+    for path in (
+        "/v2/models/made-up-ready/ready",
+        "/v2/models/made-up-meta",
+        "/v1/models/made-up-status",
+        "/v1/models/made-up-tfsmeta/metadata",
+        "/v2/models/scaler/versions/7771/ready",
+        "/v2/models/scaler/versions/7772",
+        "/v1/models/scaler/versions/7773/metadata",
+        "/v1/models/scaler/versions/7774",
+    ):
+        assert limited.get(path).status_code == 404, path
+    limited.post("/v1/models/scaler/versions/7775:predict", {"instances": SCALER_X})
+    limited.post("/v1/models/made-up-v/versions/7776:predict", {"instances": SCALER_X})
+    with grpc.insecure_channel(limited.grpc_target) as channel:  # type: ignore[attr-defined]
+        kserve = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for call, request in (
+            (kserve.ModelReady, kfs.ModelReadyRequest(name="made-up-grpc")),
+            (kserve.ModelReady, kfs.ModelReadyRequest(name="scaler", version="7777")),
+            (kserve.ModelMetadata, kfs.ModelMetadataRequest(name="scaler", version="7778")),
+        ):
+            with pytest.raises(grpc.RpcError) as caught:
+                call(request, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    text = scrape(limited.url)
+    assert "made-up" not in text
+    assert not re.search(r'version="777\d"', text), text
+    # each was counted as a failure, nowhere as a success
+    ready = dict(api="KServe", interface="REST", method="ModelReady")
+    assert metric_value(text, "ovms_requests_fail", **ready, name="") >= 1
+    assert metric_value(text, "ovms_requests_success", **ready, name="") == 0
+    assert metric_value(text, "ovms_requests_fail", **ready, name="scaler") >= 1
+
+
 # -- logs --------------------------------------------------------------------------------------
 
 

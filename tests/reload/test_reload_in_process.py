@@ -15,6 +15,9 @@ import pytest
 
 from core.config import Settings
 from core.serving.servable import State
+from protos.gen.kserve.grpc_predict_v2_pb2 import ModelReadyRequest
+from protos.gen.kserve.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
+from tests.core.serving.pipeline.helpers import grpc_channel
 from tests.reload.helpers import (
     app_sender,
     corrupt_in_place,
@@ -163,6 +166,36 @@ def test_reload_answers_201_when_something_changed_and_200_when_not(tmp_path: Pa
         "m": [("1", "AVAILABLE"), ("2", "AVAILABLE"), ("3", "UNLOADING")],
         "n": [("1", "AVAILABLE")],
     }
+
+
+def test_a_version_a_changed_config_drops_stays_listed_as_retired(tmp_path: Path) -> None:
+    """A version policy change that drops a version lists it as OVMS does, UNLOADING then
+    END, and a request for it is answered "retired"; it vanished from the status and was
+    answered "not found" as if it never existed."""
+    put_version(tmp_path / "m", 1)
+    put_version(tmp_path / "m", 2, factor=5.0)
+    entry = {"name": "m", "base_path": "m", "model_version_policy": {"all": {}}}
+    config = write_config_atomic(tmp_path / "config.json", [entry])
+    app = start_app(settings(tmp_path, config))
+    send = app_sender(app)
+    write_config_atomic(
+        config, [{**entry, "model_version_policy": {"latest": {"num_versions": 1}}}]
+    )
+    assert send("POST", "/v1/config/reload")[0] == 201
+    wait_for(lambda: states(send, "m")[1][0] == "END", "version 1 to end")
+    assert states(send, "m")[2][0] == "AVAILABLE"
+    status, doc = send("GET", "/v2/models/m/versions/1/ready")
+    assert status == 404
+    assert "Model with requested version is retired - name: m; version: 1" in doc["error"]
+    assert send("GET", "/v2/models/m")[1]["versions"] == ["2"]
+    with grpc_channel(app.manager) as channel:  # a known version: false, not NOT_FOUND
+        ready = GRPCInferenceServiceStub(channel).ModelReady
+        assert not ready(ModelReadyRequest(name="m", version="1"), timeout=10).ready
+        assert ready(ModelReadyRequest(name="m", version="2"), timeout=10).ready
+    # wanted again: loaded again
+    write_config_atomic(config, [entry])
+    assert send("POST", "/v1/config/reload")[0] == 201
+    assert {v: s for v, (s, _) in states(send, "m").items()} == {1: "AVAILABLE", 2: "AVAILABLE"}
 
 
 def test_failed_replacement_shows_in_the_status_until_good_files_replace_it(tmp_path: Path) -> None:

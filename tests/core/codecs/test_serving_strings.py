@@ -158,7 +158,8 @@ def _objects(*items: bytes) -> np.ndarray:
 
 def test_metadata_advertises_bytes_and_dt_string(server: Server) -> None:
     kserve = requests.get(_rest(server) + "/v2/models/pick", timeout=30).json()
-    assert kserve["inputs"][0] == {"name": "text", "datatype": "BYTES", "shape": [-1, -1]}
+    inputs = {t["name"]: t for t in kserve["inputs"]}
+    assert inputs["text"] == {"name": "text", "datatype": "BYTES", "shape": [-1, -1]}
     assert kserve["outputs"][0] == {"name": "picked", "datatype": "BYTES", "shape": [-1, -1]}
     tfs = requests.get(_rest(server) + "/v1/models/lengths/metadata", timeout=30).json()
     assert (

@@ -77,6 +77,10 @@ def test_tritonclient_metadata_and_readiness(server: Server) -> None:
     assert client.get_server_metadata().name
     with pytest.raises(InferenceServerException, match="not found"):
         client.is_model_ready("missing")
+    # tensors sorted by name as OVMS lists them, not in the model's order (sum, product)
+    two = client.get_model_metadata("two_inputs", as_json=True)
+    assert [t["name"] for t in two["inputs"]] == ["a", "b"]
+    assert [t["name"] for t in two["outputs"]] == ["product", "sum"]
 
 
 def test_typed_contents_and_raw_exclusive(channel: grpc.Channel) -> None:

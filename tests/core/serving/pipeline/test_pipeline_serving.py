@@ -184,9 +184,9 @@ def test_metadata_tfs_and_kserve(app: App) -> None:
     assert kserve["name"] == "detect_classify"
     assert kserve["versions"] == ["1"]
     assert kserve["inputs"] == [{"name": "image", "datatype": "FP32", "shape": [1, 3, 224, 224]}]
-    assert kserve["outputs"] == [
-        {"name": "probabilities", "datatype": "FP32", "shape": [-1, 1, 1000]},
+    assert kserve["outputs"] == [  # by name, as OVMS lists a pipeline's outputs
         {"name": "boxes", "datatype": "INT32", "shape": [-1, 4]},
+        {"name": "probabilities", "datatype": "FP32", "shape": [-1, 1, 1000]},
     ]
     chain = doc(call(app, "GET", "/v2/models/chain"))
     assert {o["name"]: o["shape"] for o in chain["outputs"]} == {
@@ -207,8 +207,8 @@ def test_metadata_tfs_and_kserve(app: App) -> None:
         meta = kserve_stub.ModelMetadata(kpb.ModelMetadataRequest(name="detect_classify"))
         assert list(meta.versions) == ["1"]
         assert [(t.name, t.datatype, list(t.shape)) for t in meta.outputs] == [
-            ("probabilities", "FP32", [-1, 1, 1000]),
             ("boxes", "INT32", [-1, 4]),
+            ("probabilities", "FP32", [-1, 1, 1000]),
         ]
         status_request = get_model_status_pb2.GetModelStatusRequest()
         status_request.model_spec.name = "detect_classify"
