@@ -144,6 +144,29 @@ def extended(name: str, extras: Iterable[object]) -> str:
     return digest.hexdigest()
 
 
+def stamp(files: VersionFiles) -> str:
+    """The modification times of the version's local files the key only samples (weights
+    over SAMPLES * SAMPLE_BYTES): an overwrite in place of the same size may change only bytes
+    between the samples. It names the blobs this host writes for itself, from these very files;
+    shipped blobs (OVS_COMPILED_CACHE, .ov-compiled) go by the key alone, since a copy (zip,
+    git, download) changes the times. "" when no file is sampled. Read it before the key."""
+    folder = files.folder
+    listed = files.listed_weights()
+    times = []
+    for path in _model_files(folder):
+        rel = path.relative_to(folder).as_posix()
+        info = path.stat()
+        sampled = path.suffix not in GRAPH_SUFFIXES and info.st_size > SAMPLES * SAMPLE_BYTES
+        if sampled and rel not in listed:
+            times.append(f"{rel}\0{info.st_mtime_ns}")
+    return "\n".join(times)
+
+
+def own_name(name: str, stamp: str) -> str:
+    """The name of the blob keyed `name` this host writes and reads for itself."""
+    return extended(name, ("mtime", stamp)) if stamp else name
+
+
 def _model_files(folder: Path) -> list[Path]:
     """Every file of the version (SavedModel variables/ too), not the blobs beside them."""
     return sorted(
@@ -181,11 +204,13 @@ class BlobCache:
     def local(self) -> str:
         return str(Path(self.cache_dir) / "blobs") if self.cache_dir else ""
 
-    def find(self, name: str, files: VersionFiles) -> Path | None:
-        """The blob named `name`: in the folders, the version's own, this host's, the bucket's."""
-        for base in (*self.folders, str(files.folder / BLOB_FOLDER), self.local):
+    def find(self, name: str, files: VersionFiles, stamp: str) -> Path | None:
+        """The blob named `name`: in the folders, the version's own, this host's (named by
+        `stamp` too: see stamp()), the bucket's."""
+        shipped = [(base, name) for base in (*self.folders, str(files.folder / BLOB_FOLDER))]
+        for base, file_name in (*shipped, (self.local, own_name(name, stamp))):
             if base:
-                candidate = Path(base) / f"{name}.blob"
+                candidate = Path(base) / f"{file_name}.blob"
                 if candidate.is_file():
                     return candidate
         return files.blob(f"{name}.blob")
@@ -194,11 +219,12 @@ class BlobCache:
         self,
         compiled: ov.CompiledModel,
         name: str,
+        stamp: str,
         after: threading.Event | None = None,
         cancelled: Callable[[], bool] = lambda: False,
     ) -> threading.Thread | None:
         """Export to <cache_dir>/blobs/<name>.blob in the background (atomic rename), when
-        this cache exports.
+        this cache exports; the file is named by `stamp` too (see stamp()).
 
         The export takes a core for ~0.3 s on a ResNet-50: it waits for `after` (the version's
         first request done, at most EXPORT_WAIT_S) so that a cold start's first answer does not
@@ -208,6 +234,7 @@ class BlobCache:
         (core.runtime.background)."""
         if not self.local or not self.export:
             return None
+        name = own_name(name, stamp)
         target = Path(self.local) / f"{name}.blob"
         if target.exists():
             return None

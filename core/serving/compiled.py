@@ -82,6 +82,7 @@ class CompiledVersion:
         self._input_ports: dict[str, str] = {}  # served name -> model tensor name
         self._output_names: list[str] = []  # served names in model output order
         self.blob_key = ""  # set by the load; "" when the config disallows blobs
+        self.blob_stamp = ""  # names this host's own blobs beside the key (blobs.stamp)
         self._compiled: ov.CompiledModel | None = None
         self._share = True  # requests' arrays read in place (core.runtime.ov_core.shares_inputs)
         self._blob: np.memmap | None = None  # an imported blob's mapping, backing the weights
@@ -125,6 +126,7 @@ class CompiledVersion:
         )
         if self._adapts:
             properties = adaptive.hinted(properties, adaptive.LATENCY)
+        self.blob_stamp = blobs.stamp(self.files)  # before the key reads the files
         self.blob_key = self._blob_name(core, device, properties)
         may_gather = self._may_gather()
         gathered_key = ""
@@ -145,7 +147,11 @@ class CompiledVersion:
             self._compiled = core.compile_model(model, device, properties)
             if self.blob_key and not self.gathered:  # a gathered one once its rows are checked
                 self.blobs.save_later(
-                    self._compiled, self.blob_key, self._export_gate, self._retiring
+                    self._compiled,
+                    self.blob_key,
+                    self.blob_stamp,
+                    self._export_gate,
+                    self._retiring,
                 )
         if self.gathered:
             self.blob_key = gathered_key
@@ -157,10 +163,11 @@ class CompiledVersion:
     def _find_blob(self, gathered_key: str) -> Path | None:
         """The blob to import: a gathered compile's first (then the version is gathered),
         else the plain one; None when neither is found."""
-        found = self.blobs.find(gathered_key, self.files) if gathered_key else None
+        stamp = self.blob_stamp
+        found = self.blobs.find(gathered_key, self.files, stamp) if gathered_key else None
         self.gathered = found is not None
         if found is None and self.blob_key:
-            found = self.blobs.find(self.blob_key, self.files)
+            found = self.blobs.find(self.blob_key, self.files, stamp)
         return found
 
     def _may_gather(self) -> bool:

@@ -176,7 +176,9 @@ class PooledVersion(CompiledVersion):
             batcher.close()
             return
         if self.blob_key:
-            self.blobs.save_later(first.compiled, self.blob_key, None, self._retiring)
+            self.blobs.save_later(
+                first.compiled, self.blob_key, self.blob_stamp, None, self._retiring
+            )
 
     def _second_later(self, model: ov.Model | None, aliases: Aliases) -> None:
         """Compile the throughput variant on a background thread once the first request has

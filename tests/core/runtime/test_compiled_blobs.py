@@ -257,7 +257,7 @@ y = ops.add(x, ops.constant(np.random.default_rng(0).random((1, width), np.float
 compiled = ov.Core().compile_model(ov.Model([ops.result(y)], [x]), "CPU")
 started = threading.Event()
 started.set()  # the version's first answer: the export may run
-BlobCache(sys.argv[1], export=True).save_later(compiled, "big", started)
+BlobCache(sys.argv[1], export=True).save_later(compiled, "big", "", started)
 """
 
 
@@ -277,3 +277,33 @@ def test_a_blob_export_in_flight_at_exit_completes_with_no_partial_file(tmp_path
         (tmp_path / "cache" / "blobs" / "big.blob").read_bytes(), "CPU"
     )
     assert [p.get_any_name() for p in compiled.inputs] == ["x"]
+
+
+def test_weights_overwritten_in_place_between_samples_miss_the_hosts_own_blob(
+    tmp_path: Path,
+) -> None:
+    """The key samples a large weight file; an overwrite of the same size that changes only
+    bytes between the samples (a retrained small layer) must not import the blob this host
+    wrote for the old weights: the new weights are served."""
+    folder = tmp_path / "m" / "1"
+    weights = np.random.default_rng(0).normal(0, 1, (1024, 512)).astype(np.float32)
+    x = ops.parameter([1, 1024], np.float32, name="x")
+    x.output(0).set_names({"x"})
+    y = ops.matmul(x, ops.constant(weights), False, False)
+    y.output(0).set_names({"y"})
+    save(ov.Model([y], [x], "weights"), folder)
+    ones = np.ones((1, 1024), np.float32)
+    first = version(folder, tmp_path / "cache", concurrent=True)
+    before = first.infer({"x": ones})["y"]
+    wait_for_blob(tmp_path / "cache", blobs.own_name(first.blob_key, first.blob_stamp))
+    again = version(folder, tmp_path / "cache", concurrent=True)
+    assert again.timings["blob_hit"] == 1.0  # files unchanged: the blob imports
+    bin_file = folder / "model.bin"
+    data = bytearray(bin_file.read_bytes())
+    start = blobs.SAMPLE_BYTES * 2  # between the first two samples (2 MiB: 33 KB apart)
+    rows = np.frombuffer(bytes(data[start : start + 4096]), np.float32) * 3
+    data[start : start + 4096] = rows.tobytes()
+    bin_file.write_bytes(bytes(data))  # same name, same size
+    second = version(folder, tmp_path / "cache", concurrent=True)
+    assert second.timings["blob_hit"] == 0.0
+    assert not np.array_equal(second.infer({"x": ones})["y"], before)
