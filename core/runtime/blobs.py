@@ -19,7 +19,8 @@ back to a compile):
   2. `<version folder>/.ov-compiled/`: blobs shipped in a local repository
   3. `<cache_dir>/blobs/`: written by this host after a compile (concurrent hosts only, in a
      background thread after the version is serving, so a cold start never waits for it; not
-     on Cloud Run, where the whole filesystem is memory and each instance starts empty)
+     on Cloud Run, where the whole filesystem is memory and each instance starts empty),
+     named by the key and the mtimes of the weight files it only samples (own_name)
   4. `<version>/.ov-compiled/` in the bucket: a version's download leaves its blobs (and its
      weights) out, and only the one with this host's key is downloaded, now
      (VersionFiles.blob, core.storage); the weights follow only if no blob imports
