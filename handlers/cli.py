@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     _server_values(args)
+    if args.command == "serve":
+        _check_ports(args)
     try:
         args.log_level = _log_level(args.log_level)
         logs.configure(args.log_level, args.log_path)
@@ -201,6 +203,12 @@ def _server_values(args: argparse.Namespace) -> None:
         text = getattr(args, setting.name)
         if setting.target == SERVER and isinstance(text, str):
             setattr(args, setting.name, setting.kind.parse(text, setting.flag))
+
+
+def _check_ports(args: argparse.Namespace) -> None:
+    """OVMS refuses one port for both servers before it starts anything."""
+    if args.port and args.port == args.rest_port:
+        raise ConfigError(f"--port and --rest_port cannot be the same port: {args.port}")
 
 
 def _settings(args: argparse.Namespace) -> Settings:

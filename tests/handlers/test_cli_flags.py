@@ -174,3 +174,32 @@ def test_a_bad_env_value_is_a_clean_error(
 ) -> None:
     monkeypatch.setenv(env, value)
     assert _usage_error(capsys, invoke(scaler)) == f"{env}: {problem}"
+
+
+@pytest.mark.parametrize(
+    "flag,value,problem",
+    [
+        ("--port", "70000", "expected a port number (0-65535), got '70000'"),
+        ("--rest_port", "-1", "expected a port number (0-65535), got '-1'"),
+        ("--metrics_port", "65536", "expected a port number (0-65535), got '65536'"),
+        ("--rest_workers", "-1", "expected an integer >= 0, got '-1'"),
+        ("--grpc_workers", "-2", "expected an integer >= 0, got '-2'"),
+        ("--file_system_poll_wait_seconds", "-1", "expected a number >= 0, got '-1'"),
+        ("--shutdown_grace_seconds", "-5", "expected a number >= 0, got '-5'"),
+    ],
+)
+def test_an_out_of_range_server_flag_is_a_clean_error_before_serving(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str, problem: str
+) -> None:
+    """OVMS exits on a port out of range or a negative count; we neither serve a bogus port,
+    nor fail deep in a socket or a thread pool with a traceback, nor take it as `0`."""
+    message = _usage_error(capsys, cli.main(["serve", "--log_level", "ERROR", flag, value]))
+    assert message == f"{flag}: {problem}"
+
+
+def test_the_same_port_for_grpc_and_rest_is_a_clean_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """OVMS refuses `--port` equal to `--rest_port` before it starts anything."""
+    message = _usage_error(capsys, cli.main(["serve", "--port", "9000", "--rest_port", "9000"]))
+    assert message == "--port and --rest_port cannot be the same port: 9000"
