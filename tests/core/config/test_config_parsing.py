@@ -235,3 +235,17 @@ def test_a_model_named_after_its_url_is_named_without_the_query(path: str) -> No
     become the model's name, shown in every log line, status and /metrics label."""
     (model,) = Settings(model_path=path).server_config().models
     assert model.name == "resnet"
+
+
+def test_a_layout_map_given_as_a_flag_is_read_as_json() -> None:
+    """OVMS takes `--layout '{"input1":"NHWC:NCHW"}'` for a model of several inputs, as it
+    takes `--shape '{...}'`: the map, not one layout string starting with a brace."""
+    flags = {"model_path": "/models/m", "layout": '{"in1": "NHWC:NCHW", "out": "CN:NC"}'}
+    (model,) = Settings.from_env({}, flags).server_config().models
+    assert model.layout == {"in1": "NHWC:NCHW", "out": "CN:NC"}
+
+
+def test_a_broken_layout_map_is_a_config_error() -> None:
+    flags = {"model_path": "/models/m", "layout": '{"in1": "NHWC:NCHW"'}
+    with pytest.raises(ConfigError, match=r"^model\.layout: not valid JSON"):
+        Settings.from_env({}, flags).server_config()
