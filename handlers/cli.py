@@ -219,7 +219,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     if args.command == "export-blobs":  # compile now; write only to OUT
         overrides.update(lazy_load=False, export_blobs=False)
     settings = Settings.from_env(os.environ, _flags(args), defaults, **overrides)
-    if not (settings.config_path or settings.model_path or settings.model_name):
+    if not (
+        settings.config_path or settings.model_path or settings.model_name or settings.model_options
+    ):  # a model flag alone: Settings.server_config names what is missing
         settings = _demo_settings(settings)
     return settings
 

@@ -203,3 +203,18 @@ def test_the_same_port_for_grpc_and_rest_is_a_clean_error(
     """OVMS refuses `--port` equal to `--rest_port` before it starts anything."""
     message = _usage_error(capsys, cli.main(["serve", "--port", "9000", "--rest_port", "9000"]))
     assert message == "--port and --rest_port cannot be the same port: 9000"
+
+
+def test_a_model_flag_without_a_model_is_not_blamed_on_a_config_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--nireq 2` alone is a missing --model_path, not the bundled demo's config file (which
+    the user never gave) clashing with a model flag."""
+    monkeypatch.setattr(cli, "DEMO_ROOT", tmp_path / "demo")
+    message = _usage_error(capsys, invoke_alone("--nireq", "2"))
+    assert message.startswith("No models configured: set --config_path or --model_name"), message
+    assert not (tmp_path / "demo").exists()
+
+
+def invoke_alone(*words: str) -> int:
+    return cli.main(["invoke", "GET", "/v1/config", "--log_level", "ERROR", *words])
