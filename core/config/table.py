@@ -346,12 +346,12 @@ TABLE: tuple[Setting, ...] = (
     Setting(
         "log_level",
         TEXT,
-        "`DEBUG`, `INFO`, `WARNING` or `ERROR`",
+        "`TRACE` (logged as `DEBUG`), `DEBUG`, `INFO`, `WARNING` or `ERROR`",
         flag="--log_level",
         env="OVS_LOG_LEVEL",
         default="INFO",
         commands=EVERY,
-        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        choices=("TRACE", "DEBUG", "INFO", "WARNING", "ERROR"),
     ),
     Setting(
         "log_path",

@@ -218,3 +218,20 @@ def test_a_model_flag_without_a_model_is_not_blamed_on_a_config_file(
 
 def invoke_alone(*words: str) -> int:
     return cli.main(["invoke", "GET", "/v1/config", "--log_level", "ERROR", *words])
+
+
+def test_log_level_trace_is_taken_as_ovms_takes_it(scaler: Path) -> None:
+    """OVMS's --log_level takes TRACE (and OVS_LOG_LEVEL=TRACE is taken): debug lines here."""
+    import logging
+
+    root = logging.getLogger()
+    before = root.level, root.handlers[:]
+    try:
+        code = cli.main(
+            ["invoke", "GET", "/v1/config", "--model_path", str(scaler / "scaler")]
+            + ["--cache_dir", str(scaler / "cache"), "--log_level", "trace"]
+        )
+        assert (code, root.level) == (0, logging.DEBUG)
+    finally:
+        root.setLevel(before[0])
+        root.handlers[:] = before[1]
