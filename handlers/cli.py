@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from core import logs
 from core.config import Settings
@@ -81,8 +81,17 @@ def _log_level(flag: str | None) -> str:
     return env if env in logs.LEVELS else "INFO"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors (an unknown flag, a value not among its choices) exit with
+    EX_USAGE, as OVMS does and as a bad flag value does here, not with argparse's 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ov-serverless", description=__doc__)
+    parser = _Parser(prog="ov-serverless", description=__doc__)
     parser.add_argument("--version", action=_Version, help="print the versions and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     commands = {

@@ -235,3 +235,22 @@ def test_log_level_trace_is_taken_as_ovms_takes_it(scaler: Path) -> None:
     finally:
         root.setLevel(before[0])
         root.handlers[:] = before[1]
+
+
+@pytest.mark.parametrize(
+    "words,problem",
+    [
+        (("--grpc_memory_quota", "100"), "unrecognized arguments: --grpc_memory_quota 100"),
+        (("--log_level", "LOUD"), "argument --log_level: invalid choice: 'LOUD'"),
+    ],
+)
+def test_a_flag_argparse_refuses_exits_64_as_ovms_does(
+    capsys: pytest.CaptureFixture[str], words: tuple[str, ...], problem: str
+) -> None:
+    """A command line argparse refuses is the same usage error as a bad value: exit 64
+    (OVMS's EX_USAGE), not argparse's 2, with the usage and one line naming the flag."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", *words])
+    assert exited.value.code == cli.EX_USAGE
+    err = capsys.readouterr().err
+    assert problem in err and "Traceback" not in err, err
