@@ -215,7 +215,9 @@ def _server_values(args: argparse.Namespace) -> None:
 
 
 def _check_ports(args: argparse.Namespace) -> None:
-    """OVMS refuses one port for both servers before it starts anything."""
+    """OVMS refuses no port at all, and one port for both servers, before it starts anything."""
+    if not args.rest_port and not args.port:
+        raise ConfigError("port and rest_port cannot both be unset")
     if args.port and args.port == args.rest_port:
         raise ConfigError(f"--port and --rest_port cannot be the same port: {args.port}")
 

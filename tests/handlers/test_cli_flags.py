@@ -254,3 +254,10 @@ def test_a_flag_argparse_refuses_exits_64_as_ovms_does(
     assert exited.value.code == cli.EX_USAGE
     err = capsys.readouterr().err
     assert problem in err and "Traceback" not in err, err
+
+
+def test_no_port_at_all_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--rest_port 0` without `--port`: nothing to serve; exit 64 with the one line, as any
+    usage mistake, before any model loads."""
+    message = _usage_error(capsys, cli.main(["serve", "--rest_port", "0"]))
+    assert message == "port and rest_port cannot both be unset"
