@@ -253,18 +253,32 @@ def _invoke(settings: Settings, args: argparse.Namespace) -> int:
     from core.api import App, make_request
     from core.serving.registry import ModelManager
 
-    body = args.data.encode()
-    if args.data.startswith("@"):
-        body = Path(args.data[1:]).read_bytes()
-    headers = dict(h.split(":", 1) for h in args.header)
+    body, headers = _invoke_body(args.data), _invoke_headers(args.header)
     app = App(ModelManager.start(settings), settings)
-    response = app.handle(
-        make_request(
-            args.method, args.path, body, {k.strip(): v.strip() for k, v in headers.items()}
-        )
-    )
+    response = app.handle(make_request(args.method, args.path, body, headers))
     sys.stdout.buffer.write(response.body + b"\n")
     return 0 if response.status < 400 else 1
+
+
+def _invoke_body(data: str) -> bytes:
+    """--data: the body, or `@file` for a file's bytes."""
+    if not data.startswith("@"):
+        return data.encode()
+    try:
+        return Path(data[1:]).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"--data: cannot read {data[1:]}: {exc.strerror or exc}") from None
+
+
+def _invoke_headers(lines: list[str]) -> dict[str, str]:
+    """--header 'Name: value', repeated."""
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"--header: expected 'Name: value', got {line!r}")
+        headers[name.strip()] = value.strip()
+    return headers
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:

@@ -261,3 +261,17 @@ def test_no_port_at_all_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
     usage mistake, before any model loads."""
     message = _usage_error(capsys, cli.main(["serve", "--rest_port", "0"]))
     assert message == "port and rest_port cannot both be unset"
+
+
+@pytest.mark.parametrize(
+    "words,problem",
+    [
+        (("--header", "nocolon"), "--header: expected 'Name: value', got 'nocolon'"),
+        (("--data", "@/nonexistent/body.json"), "--data: cannot read /nonexistent/body.json: "),
+    ],
+)
+def test_a_bad_invoke_argument_is_a_clean_error(
+    scaler: Path, capsys: pytest.CaptureFixture[str], words: tuple[str, ...], problem: str
+) -> None:
+    message = _usage_error(capsys, invoke(scaler, *words))
+    assert message.startswith(problem), message
