@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from core import logs
 from core.config import Settings
@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     _server_values(args)
+    if args.command == "serve":
+        _check_ports(args)
     try:
         args.log_level = _log_level(args.log_level)
         logs.configure(args.log_level, args.log_path)
@@ -79,8 +81,17 @@ def _log_level(flag: str | None) -> str:
     return env if env in logs.LEVELS else "INFO"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors (an unknown flag, a value not among its choices) exit with
+    EX_USAGE, as OVMS does and as a bad flag value does here, not with argparse's 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ov-serverless", description=__doc__)
+    parser = _Parser(prog="ov-serverless", description=__doc__)
     parser.add_argument("--version", action=_Version, help="print the versions and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     commands = {
@@ -203,6 +214,14 @@ def _server_values(args: argparse.Namespace) -> None:
             setattr(args, setting.name, setting.kind.parse(text, setting.flag))
 
 
+def _check_ports(args: argparse.Namespace) -> None:
+    """OVMS refuses no port at all, and one port for both servers, before it starts anything."""
+    if not args.rest_port and not args.port:
+        raise ConfigError("port and rest_port cannot both be unset")
+    if args.port and args.port == args.rest_port:
+        raise ConfigError(f"--port and --rest_port cannot be the same port: {args.port}")
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     defaults: dict[str, Any] = {}
     overrides: dict[str, Any] = {}
@@ -211,7 +230,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     if args.command == "export-blobs":  # compile now; write only to OUT
         overrides.update(lazy_load=False, export_blobs=False)
     settings = Settings.from_env(os.environ, _flags(args), defaults, **overrides)
-    if not (settings.config_path or settings.model_path or settings.model_name):
+    if not (
+        settings.config_path or settings.model_path or settings.model_name or settings.model_options
+    ):  # a model flag alone: Settings.server_config names what is missing
         settings = _demo_settings(settings)
     return settings
 
@@ -232,18 +253,32 @@ def _invoke(settings: Settings, args: argparse.Namespace) -> int:
     from core.api import App, make_request
     from core.serving.registry import ModelManager
 
-    body = args.data.encode()
-    if args.data.startswith("@"):
-        body = Path(args.data[1:]).read_bytes()
-    headers = dict(h.split(":", 1) for h in args.header)
+    body, headers = _invoke_body(args.data), _invoke_headers(args.header)
     app = App(ModelManager.start(settings), settings)
-    response = app.handle(
-        make_request(
-            args.method, args.path, body, {k.strip(): v.strip() for k, v in headers.items()}
-        )
-    )
+    response = app.handle(make_request(args.method, args.path, body, headers))
     sys.stdout.buffer.write(response.body + b"\n")
     return 0 if response.status < 400 else 1
+
+
+def _invoke_body(data: str) -> bytes:
+    """--data: the body, or `@file` for a file's bytes."""
+    if not data.startswith("@"):
+        return data.encode()
+    try:
+        return Path(data[1:]).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"--data: cannot read {data[1:]}: {exc.strerror or exc}") from None
+
+
+def _invoke_headers(lines: list[str]) -> dict[str, str]:
+    """--header 'Name: value', repeated."""
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"--header: expected 'Name: value', got {line!r}")
+        headers[name.strip()] = value.strip()
+    return headers
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:

@@ -22,10 +22,7 @@ from handlers import http_server
 
 
 def serve(settings: Settings, args: argparse.Namespace) -> int:
-    if not args.rest_port and not args.port:
-        print("port and rest_port cannot both be unset", file=sys.stderr)
-        return 2
-    if not args.rest_port:
+    if not args.rest_port:  # with --port: the command line checked one is given
         from handlers import grpc_server
 
         return grpc_server.serve_forever(settings, args)

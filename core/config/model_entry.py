@@ -18,6 +18,7 @@ from core.config.fields import (
 )
 from core.config.notices import notice_once
 from core.config.objects import BatchingConfig, ModelConfig, VersionPolicy
+from core.config.options import option_json
 from core.config.plugin_config import modern_plugin_config
 from core.errors import ConfigError
 from core.runtime import devices
@@ -241,6 +242,10 @@ def parse_version_policy(value: Any, path: str) -> VersionPolicy:
 
 
 def _layout(value: Any, path: str) -> str | dict[str, str] | None:
+    """A layout, or a map of input/output name to layout: an object in config.json, its JSON
+    text on the command line (`--layout '{"in1": "NHWC:NCHW"}'`, as OVMS takes it)."""
+    if isinstance(value, str) and value.strip().startswith("{"):
+        value = option_json(value, path)
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):

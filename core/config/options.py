@@ -38,8 +38,32 @@ def option_positive(text: str, name: str) -> int:
     return int(text)
 
 
+def option_count(text: str, name: str) -> int:
+    """A non-negative integer (a thread count, `0`: auto)."""
+    value = _number(text, name, int, "an integer")
+    if value < 0:
+        raise ConfigError(f"{name}: expected an integer >= 0, got {text!r}")
+    return value
+
+
+def option_port(text: str, name: str) -> int:
+    """A TCP port, `0` included (OVMS exits on one out of range)."""
+    value = _number(text, name, int, "an integer")
+    if not 0 <= value <= 65535:
+        raise ConfigError(f"{name}: expected a port number (0-65535), got {text!r}")
+    return value
+
+
 def option_float(text: str, name: str) -> float:
     return _number(text, name, float, "a number")
+
+
+def option_seconds(text: str, name: str) -> float:
+    """A non-negative number of seconds (`0`: off or never, as the setting says)."""
+    value = _number(text, name, float, "a number")
+    if not value >= 0:  # NaN too
+        raise ConfigError(f"{name}: expected a number >= 0, got {text!r}")
+    return value
 
 
 def _number(text: str, name: str, kind: Callable[[str], _N], what: str) -> _N:
@@ -101,7 +125,10 @@ TEXT = Kind("text", option_text)
 BOOL = Kind("bool", option_bool)
 INT = Kind("integer", option_int)
 POSITIVE = Kind("integer >= 1", option_positive)
+COUNT = Kind("integer >= 0", option_count)
+PORT = Kind("port", option_port)
 NUMBER = Kind("number", option_float)
+SECONDS = Kind("number >= 0", option_seconds)
 MINUTES = Kind("minutes", minutes_setting)
 JSON = Kind("JSON", option_json)
 FOLDERS = Kind("folders, `:`-separated", option_folders)

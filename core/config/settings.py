@@ -8,6 +8,7 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from core.config.config_file import load_config_file
 from core.config.model_entry import parse_model_config
@@ -140,6 +141,10 @@ class Settings:
 
 
 def _default_name(path: str) -> str:
+    """The model's folder name; a URL's query and fragment (a SAS, a signature) are no part
+    of it."""
+    if "://" in path:
+        path = urlsplit(path).path
     return posixpath.basename(path.rstrip("/")) or "model"
 
 

@@ -11,13 +11,15 @@ from typing import Any
 from core.config.options import (
     BOOL,
     CHANNEL_ARGUMENTS,
+    COUNT,
     FOLDERS,
     INT,
     JSON,
     MINUTES,
-    NUMBER,
+    PORT,
     POSITIVE,
     PREFIX,
+    SECONDS,
     TEXT,
     Kind,
 )
@@ -209,7 +211,7 @@ TABLE: tuple[Setting, ...] = (
     ),
     Setting(
         "reload_interval",
-        NUMBER,
+        SECONDS,
         "seconds between repository/config checks (on the "
         "request path on serverless hosts; `0`: off)",
         flag="--file_system_poll_wait_seconds",
@@ -344,12 +346,12 @@ TABLE: tuple[Setting, ...] = (
     Setting(
         "log_level",
         TEXT,
-        "`DEBUG`, `INFO`, `WARNING` or `ERROR`",
+        "`TRACE` (logged as `DEBUG`), `DEBUG`, `INFO`, `WARNING` or `ERROR`",
         flag="--log_level",
         env="OVS_LOG_LEVEL",
         default="INFO",
         commands=EVERY,
-        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        choices=("TRACE", "DEBUG", "INFO", "WARNING", "ERROR"),
     ),
     Setting(
         "log_path",
@@ -361,18 +363,18 @@ TABLE: tuple[Setting, ...] = (
         target=SERVER,
     ),
     # the server (`serve`)
-    _serve("port", INT, "gRPC port (`0`: no gRPC)", 0),
-    _serve("rest_port", INT, "REST port (`0`: no REST)", 8000),
+    _serve("port", PORT, "gRPC port (`0`: no gRPC)", 0),
+    _serve("rest_port", PORT, "REST port (`0`: no REST)", 8000),
     _serve("grpc_bind_address", TEXT, "gRPC listen address", "0.0.0.0"),
     _serve("rest_bind_address", TEXT, "REST listen address", "127.0.0.1"),
-    _serve("grpc_workers", INT, "gRPC threads (`0`: auto)", 0),
+    _serve("grpc_workers", COUNT, "gRPC threads (`0`: auto)", 0),
     _serve(
         "grpc_max_threads",
         POSITIVE,
         "at most this many gRPC threads: calls beyond them wait (OVMS's cap)",
         None,
     ),
-    _serve("rest_workers", INT, "REST threads (`0`: auto)", 0),
+    _serve("rest_workers", COUNT, "REST threads (`0`: auto)", 0),
     Setting(
         "grpc_max_message_bytes",
         INT,
@@ -390,17 +392,17 @@ TABLE: tuple[Setting, ...] = (
         [],
     ),
     _serve(
-        "metrics_port", INT, "Prometheus `/metrics` port for gRPC-only mode (`--rest_port 0`)", 0
+        "metrics_port", PORT, "Prometheus `/metrics` port for gRPC-only mode (`--rest_port 0`)", 0
     ),
     _serve(
         "shutdown_grace_seconds",
-        NUMBER,
+        SECONDS,
         "after SIGTERM, in-flight requests finish within this",
         30.0,
     ),
     _serve(
         "rest_read_timeout_seconds",
-        NUMBER,
+        SECONDS,
         "a REST request's whole head must arrive within this long, from the connection's "
         "accept (from its first byte on a kept-alive connection), and its body may pause this "
         "long between reads, else 408 and close (nginx's `client_header_timeout` and "

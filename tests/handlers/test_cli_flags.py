@@ -174,3 +174,104 @@ def test_a_bad_env_value_is_a_clean_error(
 ) -> None:
     monkeypatch.setenv(env, value)
     assert _usage_error(capsys, invoke(scaler)) == f"{env}: {problem}"
+
+
+@pytest.mark.parametrize(
+    "flag,value,problem",
+    [
+        ("--port", "70000", "expected a port number (0-65535), got '70000'"),
+        ("--rest_port", "-1", "expected a port number (0-65535), got '-1'"),
+        ("--metrics_port", "65536", "expected a port number (0-65535), got '65536'"),
+        ("--rest_workers", "-1", "expected an integer >= 0, got '-1'"),
+        ("--grpc_workers", "-2", "expected an integer >= 0, got '-2'"),
+        ("--file_system_poll_wait_seconds", "-1", "expected a number >= 0, got '-1'"),
+        ("--shutdown_grace_seconds", "-5", "expected a number >= 0, got '-5'"),
+    ],
+)
+def test_an_out_of_range_server_flag_is_a_clean_error_before_serving(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str, problem: str
+) -> None:
+    """OVMS exits on a port out of range or a negative count; we neither serve a bogus port,
+    nor fail deep in a socket or a thread pool with a traceback, nor take it as `0`."""
+    message = _usage_error(capsys, cli.main(["serve", "--log_level", "ERROR", flag, value]))
+    assert message == f"{flag}: {problem}"
+
+
+def test_the_same_port_for_grpc_and_rest_is_a_clean_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """OVMS refuses `--port` equal to `--rest_port` before it starts anything."""
+    message = _usage_error(capsys, cli.main(["serve", "--port", "9000", "--rest_port", "9000"]))
+    assert message == "--port and --rest_port cannot be the same port: 9000"
+
+
+def test_a_model_flag_without_a_model_is_not_blamed_on_a_config_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--nireq 2` alone is a missing --model_path, not the bundled demo's config file (which
+    the user never gave) clashing with a model flag."""
+    monkeypatch.setattr(cli, "DEMO_ROOT", tmp_path / "demo")
+    message = _usage_error(capsys, invoke_alone("--nireq", "2"))
+    assert message.startswith("No models configured: set --config_path or --model_name"), message
+    assert not (tmp_path / "demo").exists()
+
+
+def invoke_alone(*words: str) -> int:
+    return cli.main(["invoke", "GET", "/v1/config", "--log_level", "ERROR", *words])
+
+
+def test_log_level_trace_is_taken_as_ovms_takes_it(scaler: Path) -> None:
+    """OVMS's --log_level takes TRACE (and OVS_LOG_LEVEL=TRACE is taken): debug lines here."""
+    import logging
+
+    root = logging.getLogger()
+    before = root.level, root.handlers[:]
+    try:
+        code = cli.main(
+            ["invoke", "GET", "/v1/config", "--model_path", str(scaler / "scaler")]
+            + ["--cache_dir", str(scaler / "cache"), "--log_level", "trace"]
+        )
+        assert (code, root.level) == (0, logging.DEBUG)
+    finally:
+        root.setLevel(before[0])
+        root.handlers[:] = before[1]
+
+
+@pytest.mark.parametrize(
+    "words,problem",
+    [
+        (("--grpc_memory_quota", "100"), "unrecognized arguments: --grpc_memory_quota 100"),
+        (("--log_level", "LOUD"), "argument --log_level: invalid choice: 'LOUD'"),
+    ],
+)
+def test_a_flag_argparse_refuses_exits_64_as_ovms_does(
+    capsys: pytest.CaptureFixture[str], words: tuple[str, ...], problem: str
+) -> None:
+    """A command line argparse refuses is the same usage error as a bad value: exit 64
+    (OVMS's EX_USAGE), not argparse's 2, with the usage and one line naming the flag."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", *words])
+    assert exited.value.code == cli.EX_USAGE
+    err = capsys.readouterr().err
+    assert problem in err and "Traceback" not in err, err
+
+
+def test_no_port_at_all_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--rest_port 0` without `--port`: nothing to serve; exit 64 with the one line, as any
+    usage mistake, before any model loads."""
+    message = _usage_error(capsys, cli.main(["serve", "--rest_port", "0"]))
+    assert message == "port and rest_port cannot both be unset"
+
+
+@pytest.mark.parametrize(
+    "words,problem",
+    [
+        (("--header", "nocolon"), "--header: expected 'Name: value', got 'nocolon'"),
+        (("--data", "@/nonexistent/body.json"), "--data: cannot read /nonexistent/body.json: "),
+    ],
+)
+def test_a_bad_invoke_argument_is_a_clean_error(
+    scaler: Path, capsys: pytest.CaptureFixture[str], words: tuple[str, ...], problem: str
+) -> None:
+    message = _usage_error(capsys, invoke(scaler, *words))
+    assert message.startswith(problem), message

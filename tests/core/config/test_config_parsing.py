@@ -220,3 +220,32 @@ def test_the_cli_prints_a_usage_mistake_and_exits_64(capsys: pytest.CaptureFixtu
         "with the config file: nireq (set them per model in "
         "the config)\n"
     )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "https://acct.blob.core.windows.net/models/resnet?sv=2022-11-02&sig=SECRET",
+        "s3://bucket/models/resnet/?X-Amz-Signature=SECRET",
+        "az://models/resnet#SECRET",
+    ],
+)
+def test_a_model_named_after_its_url_is_named_without_the_query(path: str) -> None:
+    """Without --model_name the model takes its folder's name: the query (a SAS) must not
+    become the model's name, shown in every log line, status and /metrics label."""
+    (model,) = Settings(model_path=path).server_config().models
+    assert model.name == "resnet"
+
+
+def test_a_layout_map_given_as_a_flag_is_read_as_json() -> None:
+    """OVMS takes `--layout '{"input1":"NHWC:NCHW"}'` for a model of several inputs, as it
+    takes `--shape '{...}'`: the map, not one layout string starting with a brace."""
+    flags = {"model_path": "/models/m", "layout": '{"in1": "NHWC:NCHW", "out": "CN:NC"}'}
+    (model,) = Settings.from_env({}, flags).server_config().models
+    assert model.layout == {"in1": "NHWC:NCHW", "out": "CN:NC"}
+
+
+def test_a_broken_layout_map_is_a_config_error() -> None:
+    flags = {"model_path": "/models/m", "layout": '{"in1": "NHWC:NCHW"'}
+    with pytest.raises(ConfigError, match=r"^model\.layout: not valid JSON"):
+        Settings.from_env({}, flags).server_config()
