@@ -42,6 +42,9 @@ class NodeConfig:
     outputs: dict[str, str] = field(default_factory=dict)  # data_item -> alias
     demultiply_count: int | None = None  # 0 or -1: dynamic
     gather_from_node: str | None = None
+    # inputs listed more than once (the last source is in `inputs`); refused at load, per
+    # pipeline, as OVMS refuses them (PIPELINE_MODEL_INPUT_CONNECTED_TO_MULTIPLE_DATA_SOURCES)
+    repeated_inputs: tuple[str, ...] = ()
 
     def output_item(self, alias: str) -> str | None:
         for item, name in self.outputs.items():
@@ -134,7 +137,14 @@ def _node(item: Any, where: str) -> NodeConfig:
         outputs=outputs,
         demultiply_count=demux,
         gather_from_node=item.get("gather_from_node"),
+        repeated_inputs=_repeated_names(item.get("inputs")),
     )
+
+
+def _repeated_names(entries: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Names that several entries of a (checked) connection list connect."""
+    names = [name for entry in entries for name in entry]
+    return tuple(sorted({name for name in names if names.count(name) > 1}))
 
 
 def _connections(value: Any, where: str) -> dict[str, Connection]:

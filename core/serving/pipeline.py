@@ -59,6 +59,7 @@ class Pipeline:
         self.timings: dict[str, float] = {}
         graph.check_sources(config)
         self._order = graph.topological_order(config)
+        graph.check_connected(config)
         self._nodes: dict[str, _Node] = {}
         try:
             for node in config.nodes:
@@ -90,13 +91,11 @@ class Pipeline:
             if isinstance(library, BrokenLibrary):
                 raise ConfigError(f"{where}: {library.message}")
             custom = CustomNode(node.name, library, node.params)
-            specs_in, specs_out = custom.specs("inputs"), custom.specs("outputs")
-            if not specs_in or not specs_out:
-                raise ConfigError(
-                    f"{where}: the library must define inputs_info and "
-                    "outputs_info (as OVMS custom nodes do)"
-                )
-            return _Node(node, custom, specs_in, specs_out)
+            try:
+                return self._custom_node(node, custom, where)
+            except ConfigError:
+                custom.close()  # initialized: deinitialize it, as the pipeline does not load
+                raise
         if node.model_name not in models:
             raise ConfigError(f"{where}: unknown model {node.model_name!r}")
         try:
@@ -113,7 +112,19 @@ class Pipeline:
                 "'auto', which a pipeline does not take; use a dynamic shape "
                 "(-1 or a range)"
             )
+        graph.check_demultiply_count(node, dict(servable.outputs), where)
         return _Node(node, None, dict(servable.inputs), dict(servable.outputs))
+
+    @staticmethod
+    def _custom_node(node: NodeConfig, custom: CustomNode, where: str) -> _Node:
+        specs_in, specs_out = custom.specs("inputs"), custom.specs("outputs")
+        if not specs_in or not specs_out:
+            raise ConfigError(
+                f"{where}: the library must define inputs_info and "
+                "outputs_info (as OVMS custom nodes do)"
+            )
+        graph.check_demultiply_count(node, specs_out, where)
+        return _Node(node, custom, specs_in, specs_out)
 
     def _check_connections(self) -> None:
         for node in self._nodes.values():

@@ -197,6 +197,65 @@ INVALID: dict[str, tuple[dict[str, Any], list[str]]] = {
         ),
         ["only one demultiplexer"],
     ),
+    # OVMS PIPELINE_NODE_GATHER_FROM_NOT_DEMULTIPLEXER (it loaded, gathering nothing)
+    "gather_from_plain_node": (
+        pipeline(
+            "gather_from_plain_node",
+            ["x"],
+            [_scale(), {**_scale("again", src("scale", "y")), "gather_from_node": "scale"}],
+            {"y": src("again", "y")},
+        ),
+        ["node again", "gather_from_node", "node scale", "is not a demultiplexer"],
+    ),
+    # OVMS PIPELINE_MODEL_INPUT_CONNECTED_TO_MULTIPLE_DATA_SOURCES (the last source won)
+    "input_fed_twice": (
+        pipeline(
+            "input_fed_twice",
+            ["x"],
+            [
+                _scale(),
+                {
+                    **model_node("pair", "two_inputs", {"b": src("request", "x")}, ["sum"]),
+                    "inputs": [
+                        {"a": src("request", "x")},
+                        {"a": src("scale", "y")},
+                        {"b": src("request", "x")},
+                    ],
+                },
+            ],
+            {"sum": src("pair", "sum")},
+        ),
+        ["node pair", "input a is connected to more than one source"],
+    ),
+    # OVMS PIPELINE_CONTAINS_UNCONNECTED_NODES (the idle node ran on every request)
+    "unconnected_node": (
+        pipeline(
+            "unconnected_node",
+            ["x"],
+            [_scale(), _scale("idle")],
+            {"y": src("scale", "y")},
+        ),
+        ["pipeline unconnected_node", "node idle", "does not lead to the pipeline's outputs"],
+    ),
+    # OVMS PIPELINE_DEMULTIPLY_COUNT_DOES_NOT_MATCH_TENSOR_SHARD_COUNT, at load (was per request)
+    "demultiply_count_mismatch": (
+        pipeline(
+            "demultiply_count_mismatch",
+            ["x"],
+            [
+                custom_node(
+                    "split",
+                    "split",
+                    {"x": src("request", "x")},
+                    ["items"],
+                    params={"count": "3"},
+                    demultiply_count=2,
+                ),
+            ],
+            {"items": src("split", "items")},
+        ),
+        ["node split", "demultiply_count 2 does not match", "items", "first dimension 3"],
+    ),
 }
 
 
