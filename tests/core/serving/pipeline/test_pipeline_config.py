@@ -361,6 +361,27 @@ def test_deinitialize_runs_on_reload_and_unload(
     assert call(app, "POST", "/v1/models/chain:predict", {"inputs": {"x": x}}).status == 404
 
 
+def test_a_custom_node_of_a_pipeline_refused_at_load_is_deinitialized(
+    repo: Repo, tmp_path: Path
+) -> None:
+    """The node's initialize() ran before its demultiply_count was found wrong: OVMS
+    deinitializes the nodes of a pipeline that does not load."""
+    journal = tmp_path / "journal.txt"
+    split = custom_node(
+        "split",
+        "split",
+        {"x": src("request", "x")},
+        ["items"],
+        params={"count": "3", "journal": str(journal)},
+        demultiply_count=2,
+    )
+    bad = pipeline("bad", ["x"], [split], {"items": src("split", "items")})
+    config = write_config(tmp_path / "config.json", _models(repo), [bad], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    assert "demultiply_count 2 does not match" in app.manager.pipeline_errors["bad"]
+    assert _journal(journal) == ["init", "deinit"]
+
+
 def test_a_library_moved_to_another_file_is_what_its_pipelines_run(
     repo: Repo, tmp_path: Path
 ) -> None:
