@@ -59,6 +59,8 @@ class PipelineConfig:
     inputs: tuple[str, ...]
     nodes: tuple[NodeConfig, ...]
     outputs: dict[str, Connection]
+    # set: the request is the demultiplexer (its inputs split along a new first dimension)
+    demultiply_count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ def parse_pipelines(value: Any, path: str) -> tuple[PipelineConfig, ...]:
                     for j, n in enumerate(required_list(item.get("nodes"), f"{where}.nodes"))
                 ),
                 outputs=_connections(item.get("outputs"), f"{where}.outputs"),
+                demultiply_count=_demultiply_count(item, where),
             )
         )
     return tuple(pipelines)
@@ -114,11 +117,6 @@ def _node(item: Any, where: str) -> NodeConfig:
         object_of(out, {"data_item", "alias"}, f"{where}.outputs[{j}]")
         item_name = required_text(out.get("data_item"), f"{where}.outputs[{j}].data_item")
         outputs[item_name] = required_text(out.get("alias"), f"{where}.outputs[{j}].alias")
-    demux = item.get("demultiply_count")
-    if demux is not None and (
-        isinstance(demux, bool) or not isinstance(demux, int) or not -1 <= demux <= 10000
-    ):
-        raise ConfigError(f"{where}.demultiply_count: an integer from -1 to 10000")
     version = item.get("version")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
         raise ConfigError(f"{where}.version: an integer")
@@ -135,10 +133,19 @@ def _node(item: Any, where: str) -> NodeConfig:
         params={str(k): str(v) for k, v in (item.get("params") or {}).items()},
         inputs=_connections(item.get("inputs"), f"{where}.inputs"),
         outputs=outputs,
-        demultiply_count=demux,
+        demultiply_count=_demultiply_count(item, where),
         gather_from_node=item.get("gather_from_node"),
         repeated_inputs=_repeated_names(item.get("inputs")),
     )
+
+
+def _demultiply_count(item: dict[str, Any], where: str) -> int | None:
+    demux = item.get("demultiply_count")
+    if demux is not None and (
+        isinstance(demux, bool) or not isinstance(demux, int) or not -1 <= demux <= 10000
+    ):
+        raise ConfigError(f"{where}.demultiply_count: an integer from -1 to 10000")
+    return demux
 
 
 def _repeated_names(entries: list[dict[str, Any]]) -> tuple[str, ...]:

@@ -103,15 +103,16 @@ def demuxed_nodes(config: PipelineConfig, order: list[str]) -> set[str]:
     (not including) a gathering node."""
     nodes = {n.name: n for n in config.nodes}
     demuxers = [n for n in config.nodes if n.demultiply_count is not None]
-    if len(demuxers) > 1:
+    entry = config.demultiply_count is not None  # the request demultiplexes
+    if len(demuxers) + entry > 1:
         raise ConfigError(f"pipeline {config.name}: only one demultiplexer node is supported")
-    inside: set[str] = set()
+    inside: set[str] = {REQUEST} if entry else set()
     for name in order:
         node = nodes[name]
         fed = {s.node for s in node.inputs.values()} & inside
         if node.demultiply_count is not None or (fed and not node.gather_from_node):
             inside.add(name)
-    return inside
+    return inside - {REQUEST}
 
 
 def check_compatible(

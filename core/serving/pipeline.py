@@ -138,7 +138,7 @@ class Pipeline:
                 if source.node == REQUEST and source.item not in self.config.inputs:
                     raise ConfigError(f"{where}: request has no input {source.item!r}")
                 produced = (
-                    self.inputs.get(source.item)
+                    self._request_item(source.item)
                     if source.node == REQUEST
                     else self._produced(
                         source, node.config.name, bool(node.config.gather_from_node)
@@ -170,6 +170,13 @@ class Pipeline:
             dims = (ANY, *dims)
         return TensorSpec(spec.name, spec.dtype, dims)
 
+    def _request_item(self, name: str) -> TensorSpec | None:
+        """A request input as one node run sees it (a row, when the request demultiplexes)."""
+        spec = self.inputs.get(name)
+        if spec is None or self.config.demultiply_count is None:
+            return spec
+        return TensorSpec(spec.name, spec.dtype, spec.dims[1:])
+
     def _input_specs(self) -> dict[str, TensorSpec]:
         specs: dict[str, TensorSpec] = {}
         for name in self.config.inputs:
@@ -180,6 +187,10 @@ class Pipeline:
                         specs.setdefault(name, TensorSpec(name, spec.dtype, spec.dims, spec.layout))
             if name not in specs:
                 raise ConfigError(f"pipeline {self.name}: input {name} is not connected")
+        count = self.config.demultiply_count
+        if count is not None:  # OVMS prefixes the demultiplexed dimension
+            dim = (count, count) if count > 0 else ANY
+            specs = {n: TensorSpec(n, s.dtype, (dim, *s.dims)) for n, s in specs.items()}
         return specs
 
     def _output_specs(self) -> dict[str, TensorSpec]:
@@ -196,8 +207,9 @@ class Pipeline:
     # -- serving ------------------------------------------------------------------------------
 
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
+        checked = validate(self.inputs, inputs)
         values: dict[tuple[str, str], Value] = {
-            (REQUEST, name): array for name, array in validate(self.inputs, inputs).items()
+            (REQUEST, name): array for name, array in self._request_rows(checked).items()
         }
         for name in self._order:
             node = self._nodes[name]
@@ -207,6 +219,22 @@ class Pipeline:
         return {
             alias: _stacked(values[(src.node, src.item)])
             for alias, src in self.config.outputs.items()
+        }
+
+    def _request_rows(self, inputs: dict[str, np.ndarray]) -> dict[str, Value]:
+        """The request's inputs, split in rows when the pipeline demultiplexes them."""
+        if self.config.demultiply_count is None:
+            return dict(inputs)
+        counts = {name: (len(v) if v.ndim else 0) for name, v in inputs.items()}
+        if len(set(counts.values())) > 1:  # the client's mistake: a 400
+            detail = ", ".join(f"{name}: {n}" for name, n in counts.items())
+            raise InvalidInputError(
+                f"Pipeline {self.name} demultiplexes its inputs, which differ in their "
+                f"first dimension ({detail})"
+            )
+        return {
+            name: _split(value, self.name, self.config.demultiply_count)
+            for name, value in inputs.items()
         }
 
     def _run(self, node: _Node, feed: dict[str, Value]) -> dict[str, Value]:
@@ -227,7 +255,10 @@ class Pipeline:
         outputs = self._execute(node, {k: v for k, v in feed.items() if not isinstance(v, list)})
         if node.config.demultiply_count is not None:
             _same_item_count(outputs, node.config)
-            return {alias: _split(value, node.config) for alias, value in outputs.items()}
+            return {
+                alias: _split(value, node.config.name, node.config.demultiply_count)
+                for alias, value in outputs.items()
+            }
         return dict(outputs)
 
     def _execute(self, node: _Node, feed: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -282,16 +313,16 @@ def _same_item_count(outputs: Mapping[str, np.ndarray], node: NodeConfig) -> Non
         )
 
 
-def _split(value: np.ndarray, node: NodeConfig) -> list[np.ndarray]:
-    expected = node.demultiply_count
+def _split(value: np.ndarray, name: str, expected: int | None) -> list[np.ndarray]:
+    """`value`'s rows, for the demultiplexer `name` (a node, or the pipeline's request)."""
     if value.ndim == 0:
-        raise InvalidInputError(f"Node {node.name} output cannot be demultiplexed: a scalar")
+        raise InvalidInputError(f"Node {name} output cannot be demultiplexed: a scalar")
     if expected and expected > 0 and len(value) != expected:
         raise InvalidInputError(
-            f"Node {node.name} produced {len(value)} items; demultiply_count is {expected}"
+            f"Node {name} produced {len(value)} items; demultiply_count is {expected}"
         )
     if len(value) == 0:
-        raise NoResultsError(f"Pipeline node {node.name} demultiplexer produced no results")
+        raise NoResultsError(f"Pipeline node {name} demultiplexer produced no results")
     return [value[i, ...] for i in range(len(value))]  # arrays, also for object dtype
 
 

@@ -488,3 +488,45 @@ def test_a_custom_node_breaking_its_outputs_info_is_a_500_naming_it(
     assert error(reply) == (
         "Node u demultiplexer outputs differ in their first dimension (p: 2, q: 3)"
     )
+
+
+def test_a_pipeline_level_demultiply_count_runs_the_nodes_once_per_request_row(
+    repo: Repo, tmp_path: Path
+) -> None:
+    """OVMS "dynamic batch size with demultiplexer": `demultiply_count` on the pipeline splits
+    every request input along a new first dimension, the nodes run once per row and the
+    outputs stack back (the key was accepted and ignored: the whole batch reached the nodes)."""
+    batched = {
+        **pipeline(
+            "batched",
+            ["a", "b"],
+            [
+                _scale("scale", src("request", "a")),
+                model_node(
+                    "pair",
+                    "two_inputs",
+                    {"a": src("scale", "y"), "b": src("request", "b")},
+                    ["sum"],
+                ),
+            ],
+            {"sum": src("pair", "sum")},
+        ),
+        "demultiply_count": -1,
+    }
+    config = write_config(tmp_path / "config.json", _models(repo), [batched], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    meta = doc(call(app, "GET", "/v2/models/batched"))
+    assert meta["inputs"] == [
+        {"name": "a", "datatype": "FP32", "shape": [-1, -1, 4]},
+        {"name": "b", "datatype": "FP32", "shape": [-1, -1, 4]},
+    ]
+    assert meta["outputs"] == [{"name": "sum", "datatype": "FP32", "shape": [-1, -1, 4]}]
+    a = np.arange(24, dtype=np.float32).reshape(3, 2, 4)
+    b = np.ones((3, 2, 4), np.float32)
+    rows = {"inputs": {"a": a.tolist(), "b": b.tolist()}}
+    reply = doc(call(app, "POST", "/v1/models/batched:predict", rows))
+    np.testing.assert_allclose(reply["outputs"], a * 2 + b)  # one output: TFS's bare list
+    uneven = {"inputs": {"a": a.tolist(), "b": b[:2].tolist()}}
+    reply = call(app, "POST", "/v1/models/batched:predict", uneven)
+    assert reply.status == 400, reply.body
+    assert "first dimension" in error(reply)
