@@ -22,6 +22,7 @@ from core.tensors import dtypes
 from core.tensors.shapes import ANY, fits, format_actual, format_dims
 from core.tensors.spec import Inputs, TensorSpec, validate
 
+DEMULTIPLY_LIMIT = 10_000  # OVMS's: a demultiplexer splits in at most this many items
 Value = np.ndarray | list[np.ndarray]  # a list holds the per-item values of a demuxed branch
 
 
@@ -320,6 +321,11 @@ def _split(value: np.ndarray, name: str, expected: int | None) -> list[np.ndarra
     if expected and expected > 0 and len(value) != expected:
         raise InvalidInputError(
             f"Node {name} produced {len(value)} items; demultiply_count is {expected}"
+        )
+    if len(value) > DEMULTIPLY_LIMIT:
+        raise InvalidInputError(
+            f"Too large dynamic demultiplication requested. Node {name}: {len(value)} items, "
+            f"at most {DEMULTIPLY_LIMIT}"
         )
     if len(value) == 0:
         raise NoResultsError(f"Pipeline node {name} demultiplexer produced no results")

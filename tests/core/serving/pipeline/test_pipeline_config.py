@@ -530,3 +530,9 @@ def test_a_pipeline_level_demultiply_count_runs_the_nodes_once_per_request_row(
     reply = call(app, "POST", "/v1/models/batched:predict", uneven)
     assert reply.status == 400, reply.body
     assert "first dimension" in error(reply)
+    # OVMS's DEMULTIPLY_LIMIT: more than 10000 rows is refused before any node runs
+    many = np.zeros((10001, 1, 4), np.float32).tolist()
+    reply = call(app, "POST", "/v1/models/batched:predict", {"inputs": {"a": many, "b": many}})
+    assert reply.status == 400, reply.body[:300]
+    assert "Too large dynamic demultiplication requested" in error(reply)
+    assert "10001" in error(reply)
