@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from core.config import Settings
@@ -279,6 +280,18 @@ def test_invalid_pipelines_are_reported_by_node_and_the_rest_keeps_serving(
         assert f"Pipeline {name} is not loaded" in error(reply)
         for folder in (str(NODES), "/nonexistent/", str(tmp_path)):  # no server paths
             assert folder not in error(reply), (name, error(reply))
+        # OVMS: a pipeline that failed validation is LOADING with FAILED_PRECONDITION (was 404)
+        failed = [
+            {
+                "version": "1",
+                "state": "LOADING",
+                "status": {"error_code": "FAILED_PRECONDITION", "error_message": errors[name]},
+            }
+        ]
+        assert doc(call(app, "GET", f"/v1/models/{name}"))["model_version_status"] == failed
+        assert doc(call(app, "GET", "/v1/config"))[name]["model_version_status"] == failed
+        ready = call(app, "GET", f"/v2/models/{name}/ready")
+        assert orjson.loads(ready.body)["ready"] is False, name
     x = np.ones((1, 4), np.float32)
     answer = tfs_columns(
         doc(call(app, "POST", "/v1/models/chain:predict", {"inputs": {"x": x.tolist()}}))
