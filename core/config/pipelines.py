@@ -39,7 +39,7 @@ class NodeConfig:
     library: str | None = None
     params: dict[str, str] = field(default_factory=dict)
     inputs: dict[str, Connection] = field(default_factory=dict)  # node input -> source
-    outputs: dict[str, str] = field(default_factory=dict)  # data_item -> alias
+    outputs: dict[str, str] = field(default_factory=dict)  # alias -> data_item (as OVMS keys them)
     demultiply_count: int | None = None  # 0 or -1: dynamic
     gather_from_node: str | None = None
     # inputs listed more than once (the last source is in `inputs`); refused at load, per
@@ -47,10 +47,7 @@ class NodeConfig:
     repeated_inputs: tuple[str, ...] = ()
 
     def output_item(self, alias: str) -> str | None:
-        for item, name in self.outputs.items():
-            if name == alias:
-                return item
-        return None
+        return self.outputs.get(alias)
 
 
 @dataclass(frozen=True)
@@ -115,8 +112,8 @@ def _node(item: Any, where: str) -> NodeConfig:
     outputs: dict[str, str] = {}
     for j, out in enumerate(required_list(item.get("outputs"), f"{where}.outputs")):
         object_of(out, {"data_item", "alias"}, f"{where}.outputs[{j}]")
-        item_name = required_text(out.get("data_item"), f"{where}.outputs[{j}].data_item")
-        outputs[item_name] = required_text(out.get("alias"), f"{where}.outputs[{j}].alias")
+        alias = required_text(out.get("alias"), f"{where}.outputs[{j}].alias")
+        outputs[alias] = required_text(out.get("data_item"), f"{where}.outputs[{j}].data_item")
     version = item.get("version")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
         raise ConfigError(f"{where}.version: an integer")

@@ -250,9 +250,7 @@ class Pipeline:
                 )
                 for i in range(count)
             ]
-            return {
-                alias: [item[alias] for item in items] for alias in node.config.outputs.values()
-            }
+            return {alias: [item[alias] for item in items] for alias in node.config.outputs}
         outputs = self._execute(node, {k: v for k, v in feed.items() if not isinstance(v, list)})
         if node.config.demultiply_count is not None:
             _same_item_count(outputs, node.config)
@@ -268,11 +266,11 @@ class Pipeline:
             _check_custom_outputs(node, raw)
         else:
             raw = self.models.get(node.config.model_name or "", node.config.version).infer(feed)
-        aliases = node.config.outputs
-        missing = sorted(set(aliases) - set(raw))
+        aliases = node.config.outputs  # alias -> data_item
+        missing = sorted(set(aliases.values()) - set(raw))
         if missing:
             raise InternalError(f"Node {node.config.name} did not produce {missing[0]}")
-        return {alias: raw[item] for item, alias in aliases.items()}
+        return {alias: raw[item] for alias, item in aliases.items()}
 
     def retire(self) -> None:
         self.status = Status(State.END)
@@ -284,7 +282,7 @@ class Pipeline:
 def _check_custom_outputs(node: _Node, raw: Mapping[str, np.ndarray]) -> None:
     """A custom node's outputs must match its outputs_info: a mismatch is the node's bug (500
     naming it), not the client's (a 400 about the next node's input)."""
-    for item in node.config.outputs:
+    for item in sorted(set(node.config.outputs.values())):
         spec, value = node.outputs.get(item), raw.get(item)
         if spec is None or value is None:
             continue  # undeclared: caught at load; missing: reported by _execute

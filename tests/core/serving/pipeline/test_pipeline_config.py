@@ -549,3 +549,22 @@ def test_a_pipeline_level_demultiply_count_runs_the_nodes_once_per_request_row(
     assert reply.status == 400, reply.body[:300]
     assert "Too large dynamic demultiplication requested" in error(reply)
     assert "10001" in error(reply)
+
+
+def test_one_node_output_under_two_aliases_feeds_both(repo: Repo, tmp_path: Path) -> None:
+    """OVMS keys a node's outputs by alias: one data_item may be listed under two aliases
+    (the second alias replaced the first, so the pipeline failed to load)."""
+    twice = {
+        **_scale(),
+        "outputs": [{"data_item": "y", "alias": "first"}, {"data_item": "y", "alias": "second"}],
+    }
+    both = pipeline(
+        "both", ["x"], [twice], {"a": src("scale", "first"), "b": src("scale", "second")}
+    )
+    config = write_config(tmp_path / "config.json", _models(repo), [both], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    assert app.manager.pipeline_errors == {}
+    x = [[1.0, 2.0, 3.0, 4.0]]
+    answer = tfs_columns(doc(call(app, "POST", "/v1/models/both:predict", {"inputs": {"x": x}})))
+    np.testing.assert_allclose(answer["a"], [[2.0, 4.0, 6.0, 8.0]])
+    np.testing.assert_allclose(answer["b"], answer["a"])
