@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.config.fields import object_of, required_list, required_text
+from core.config.notices import notice_once
 from core.errors import ConfigError
 
 REQUEST = "request"
@@ -79,14 +80,23 @@ def parse_libraries(value: Any, path: str, resolve: Any) -> tuple[LibraryConfig,
 
 
 def parse_pipelines(value: Any, path: str) -> tuple[PipelineConfig, ...]:
-    pipelines = []
+    pipelines: list[PipelineConfig] = []
     for i, item in enumerate(required_list(value, path)):
         where = f"{path}[{i}]"
         object_of(item, _PIPELINE_KEYS, where)
         inputs = required_list(item.get("inputs"), f"{where}.inputs")
+        name = required_text(item.get("name"), f"{where}.name")
+        if any(p.name == name for p in pipelines):  # OVMS loads the first definition only
+            notice_once(
+                name,
+                "duplicated pipeline",
+                f"Duplicated pipeline names: {name} defined in config file. "
+                "Only first definition will be loaded.",
+            )  # once: a reload re-reads the file
+            continue
         pipelines.append(
             PipelineConfig(
-                name=required_text(item.get("name"), f"{where}.name"),
+                name=name,
                 inputs=tuple(
                     required_text(x, f"{where}.inputs[{j}]") for j, x in enumerate(inputs)
                 ),

@@ -568,3 +568,14 @@ def test_one_node_output_under_two_aliases_feeds_both(repo: Repo, tmp_path: Path
     answer = tfs_columns(doc(call(app, "POST", "/v1/models/both:predict", {"inputs": {"x": x}})))
     np.testing.assert_allclose(answer["a"], [[2.0, 4.0, 6.0, 8.0]])
     np.testing.assert_allclose(answer["b"], answer["a"])
+
+
+def test_of_two_pipelines_with_one_name_the_first_serves(repo: Repo, tmp_path: Path) -> None:
+    """OVMS: "Duplicated pipeline names ... Only first definition will be loaded" (the last
+    one served)."""
+    first, second = chain("dup", offset="0.5"), chain("dup", offset="2")
+    config = write_config(tmp_path / "config.json", _models(repo), [first, second], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    x = [[1.0] * 4]
+    answer = tfs_columns(doc(call(app, "POST", "/v1/models/dup:predict", {"inputs": {"x": x}})))
+    np.testing.assert_allclose(answer["sum"], [[4.5] * 4])
