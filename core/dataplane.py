@@ -22,7 +22,7 @@ from core import metrics
 from core.codecs import documents, images
 from core.codecs.documents import Named, Signed
 from core.errors import ConfigError, NotFoundError, ServingError, VersionNotFoundError, relative
-from core.serving.registry import ModelManager, ServedModel, ServedPipeline
+from core.serving.registry import FailedPipeline, ModelManager, ServedModel, ServedPipeline
 from core.serving.servable import Servable, State
 from core.tensors.limits import Limits, check_inputs
 from core.tensors.spec import Inputs
@@ -141,8 +141,9 @@ class DataPlane:
 
     def config_status(self) -> dict[str, Any]:
         """Every model and pipeline with the status of each version (GET /v1/config)."""
-        served: dict[str, ServedModel | ServedPipeline] = {
+        served: dict[str, ServedModel | ServedPipeline | FailedPipeline] = {
             **self.manager.retired,
+            **self.manager.failed_pipelines(),
             **self.manager.models,
             **self.manager.pipelines,
         }

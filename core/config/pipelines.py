@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.config.fields import object_of, required_list, required_text
+from core.config.notices import notice_once
 from core.errors import ConfigError
 
 REQUEST = "request"
@@ -39,15 +40,15 @@ class NodeConfig:
     library: str | None = None
     params: dict[str, str] = field(default_factory=dict)
     inputs: dict[str, Connection] = field(default_factory=dict)  # node input -> source
-    outputs: dict[str, str] = field(default_factory=dict)  # data_item -> alias
+    outputs: dict[str, str] = field(default_factory=dict)  # alias -> data_item (as OVMS keys them)
     demultiply_count: int | None = None  # 0 or -1: dynamic
     gather_from_node: str | None = None
+    # inputs listed more than once (the last source is in `inputs`); refused at load, per
+    # pipeline, as OVMS refuses them (PIPELINE_MODEL_INPUT_CONNECTED_TO_MULTIPLE_DATA_SOURCES)
+    repeated_inputs: tuple[str, ...] = ()
 
     def output_item(self, alias: str) -> str | None:
-        for item, name in self.outputs.items():
-            if name == alias:
-                return item
-        return None
+        return self.outputs.get(alias)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class PipelineConfig:
     inputs: tuple[str, ...]
     nodes: tuple[NodeConfig, ...]
     outputs: dict[str, Connection]
+    # set: the request is the demultiplexer (its inputs split along a new first dimension)
+    demultiply_count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,14 +80,23 @@ def parse_libraries(value: Any, path: str, resolve: Any) -> tuple[LibraryConfig,
 
 
 def parse_pipelines(value: Any, path: str) -> tuple[PipelineConfig, ...]:
-    pipelines = []
+    pipelines: list[PipelineConfig] = []
     for i, item in enumerate(required_list(value, path)):
         where = f"{path}[{i}]"
         object_of(item, _PIPELINE_KEYS, where)
         inputs = required_list(item.get("inputs"), f"{where}.inputs")
+        name = required_text(item.get("name"), f"{where}.name")
+        if any(p.name == name for p in pipelines):  # OVMS loads the first definition only
+            notice_once(
+                name,
+                "duplicated pipeline",
+                f"Duplicated pipeline names: {name} defined in config file. "
+                "Only first definition will be loaded.",
+            )  # once: a reload re-reads the file
+            continue
         pipelines.append(
             PipelineConfig(
-                name=required_text(item.get("name"), f"{where}.name"),
+                name=name,
                 inputs=tuple(
                     required_text(x, f"{where}.inputs[{j}]") for j, x in enumerate(inputs)
                 ),
@@ -93,6 +105,7 @@ def parse_pipelines(value: Any, path: str) -> tuple[PipelineConfig, ...]:
                     for j, n in enumerate(required_list(item.get("nodes"), f"{where}.nodes"))
                 ),
                 outputs=_connections(item.get("outputs"), f"{where}.outputs"),
+                demultiply_count=_demultiply_count(item, where),
             )
         )
     return tuple(pipelines)
@@ -109,13 +122,8 @@ def _node(item: Any, where: str) -> NodeConfig:
     outputs: dict[str, str] = {}
     for j, out in enumerate(required_list(item.get("outputs"), f"{where}.outputs")):
         object_of(out, {"data_item", "alias"}, f"{where}.outputs[{j}]")
-        item_name = required_text(out.get("data_item"), f"{where}.outputs[{j}].data_item")
-        outputs[item_name] = required_text(out.get("alias"), f"{where}.outputs[{j}].alias")
-    demux = item.get("demultiply_count")
-    if demux is not None and (
-        isinstance(demux, bool) or not isinstance(demux, int) or not -1 <= demux <= 10000
-    ):
-        raise ConfigError(f"{where}.demultiply_count: an integer from -1 to 10000")
+        alias = required_text(out.get("alias"), f"{where}.outputs[{j}].alias")
+        outputs[alias] = required_text(out.get("data_item"), f"{where}.outputs[{j}].data_item")
     version = item.get("version")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
         raise ConfigError(f"{where}.version: an integer")
@@ -132,9 +140,25 @@ def _node(item: Any, where: str) -> NodeConfig:
         params={str(k): str(v) for k, v in (item.get("params") or {}).items()},
         inputs=_connections(item.get("inputs"), f"{where}.inputs"),
         outputs=outputs,
-        demultiply_count=demux,
+        demultiply_count=_demultiply_count(item, where),
         gather_from_node=item.get("gather_from_node"),
+        repeated_inputs=_repeated_names(item.get("inputs")),
     )
+
+
+def _demultiply_count(item: dict[str, Any], where: str) -> int | None:
+    demux = item.get("demultiply_count")
+    if demux is not None and (
+        isinstance(demux, bool) or not isinstance(demux, int) or not -1 <= demux <= 10000
+    ):
+        raise ConfigError(f"{where}.demultiply_count: an integer from -1 to 10000")
+    return demux
+
+
+def _repeated_names(entries: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Names that several entries of a (checked) connection list connect."""
+    names = [name for entry in entries for name in entry]
+    return tuple(sorted({name for name in names if names.count(name) > 1}))
 
 
 def _connections(value: Any, where: str) -> dict[str, Connection]:

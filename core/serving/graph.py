@@ -4,9 +4,9 @@ shape fit what its source produces."""
 
 from __future__ import annotations
 
-from core.config.pipelines import REQUEST, PipelineConfig
+from core.config.pipelines import REQUEST, NodeConfig, PipelineConfig
 from core.errors import ConfigError
-from core.tensors.shapes import ANY, format_dims
+from core.tensors.shapes import ANY, fits, format_dims
 from core.tensors.spec import TensorSpec
 
 
@@ -17,21 +17,66 @@ def check_sources(config: PipelineConfig) -> None:
         if names.count(name) > 1:
             raise ConfigError(f"pipeline {config.name}: node name {name} is duplicated")
     for node in config.nodes:
+        if node.repeated_inputs:
+            raise ConfigError(
+                f"pipeline {config.name} node {node.name}: input "
+                f"{node.repeated_inputs[0]} is connected to more than one source"
+            )
         for item, source in node.inputs.items():
             if source.node != REQUEST and source.node not in names:
                 raise ConfigError(
                     f"pipeline {config.name} node {node.name}: input {item} "
                     f"comes from unknown node {source.node!r}"
                 )
-        if node.gather_from_node and node.gather_from_node not in names:
-            raise ConfigError(
-                f"pipeline {config.name} node {node.name}: gather_from_node "
-                f"names unknown node {node.gather_from_node!r}"
-            )
+        if node.gather_from_node:
+            _check_gathered(config, node.name, node.gather_from_node)
     for alias, source in config.outputs.items():
         if source.node != REQUEST and source.node not in names:
             raise ConfigError(
                 f"pipeline {config.name}: output {alias} comes from unknown node {source.node!r}"
+            )
+
+
+def _check_gathered(config: PipelineConfig, name: str, gathered: str) -> None:
+    """gather_from_node names a demultiplexer of this pipeline (OVMS
+    PIPELINE_NODE_GATHER_FROM_NOT_EXISTING_NODE, PIPELINE_NODE_GATHER_FROM_NOT_DEMULTIPLEXER)."""
+    where = f"pipeline {config.name} node {name}: gather_from_node"
+    source = next((n for n in config.nodes if n.name == gathered), None)
+    if source is None:
+        raise ConfigError(f"{where} names unknown node {gathered!r}")
+    if source.demultiply_count is None:
+        raise ConfigError(f"{where} names node {gathered}, which is not a demultiplexer")
+
+
+def check_connected(config: PipelineConfig) -> None:
+    """Every node feeds the pipeline's outputs, directly or through other nodes (OVMS refuses
+    a pipeline with a node that does not: PIPELINE_CONTAINS_UNCONNECTED_NODES)."""
+    feeds = {n.name: {s.node for s in n.inputs.values()} for n in config.nodes}
+    reached: set[str] = set()
+    todo = [s.node for s in config.outputs.values()]
+    while todo:
+        name = todo.pop()
+        if name in feeds and name not in reached:
+            reached.add(name)
+            todo.extend(feeds[name])
+    idle = [n.name for n in config.nodes if n.name not in reached]
+    if idle:
+        raise ConfigError(
+            f"pipeline {config.name}: node {idle[0]} does not lead to the pipeline's outputs"
+        )
+
+
+def check_demultiply_count(node: NodeConfig, outputs: dict[str, TensorSpec], where: str) -> None:
+    """A fixed demultiply_count fits the first dimension each output declares (OVMS
+    PIPELINE_DEMULTIPLY_COUNT_DOES_NOT_MATCH_TENSOR_SHARD_COUNT, at load)."""
+    count = node.demultiply_count
+    if not count or count < 0:
+        return  # dynamic
+    for item, spec in outputs.items():
+        if spec.dims and spec.dims != (ANY,) and not fits(spec.dims[0], count):
+            raise ConfigError(
+                f"{where}: demultiply_count {count} does not match output {item}'s "
+                f"first dimension {format_dims(spec.dims[:1]).strip('()')}"
             )
 
 
@@ -58,15 +103,16 @@ def demuxed_nodes(config: PipelineConfig, order: list[str]) -> set[str]:
     (not including) a gathering node."""
     nodes = {n.name: n for n in config.nodes}
     demuxers = [n for n in config.nodes if n.demultiply_count is not None]
-    if len(demuxers) > 1:
+    entry = config.demultiply_count is not None  # the request demultiplexes
+    if len(demuxers) + entry > 1:
         raise ConfigError(f"pipeline {config.name}: only one demultiplexer node is supported")
-    inside: set[str] = set()
+    inside: set[str] = {REQUEST} if entry else set()
     for name in order:
         node = nodes[name]
         fed = {s.node for s in node.inputs.values()} & inside
         if node.demultiply_count is not None or (fed and not node.gather_from_node):
             inside.add(name)
-    return inside
+    return inside - {REQUEST}
 
 
 def check_compatible(

@@ -22,6 +22,7 @@ from core.tensors import dtypes
 from core.tensors.shapes import ANY, fits, format_actual, format_dims
 from core.tensors.spec import Inputs, TensorSpec, validate
 
+DEMULTIPLY_LIMIT = 10_000  # OVMS's: a demultiplexer splits in at most this many items
 Value = np.ndarray | list[np.ndarray]  # a list holds the per-item values of a demuxed branch
 
 
@@ -59,6 +60,7 @@ class Pipeline:
         self.timings: dict[str, float] = {}
         graph.check_sources(config)
         self._order = graph.topological_order(config)
+        graph.check_connected(config)
         self._nodes: dict[str, _Node] = {}
         try:
             for node in config.nodes:
@@ -90,13 +92,11 @@ class Pipeline:
             if isinstance(library, BrokenLibrary):
                 raise ConfigError(f"{where}: {library.message}")
             custom = CustomNode(node.name, library, node.params)
-            specs_in, specs_out = custom.specs("inputs"), custom.specs("outputs")
-            if not specs_in or not specs_out:
-                raise ConfigError(
-                    f"{where}: the library must define inputs_info and "
-                    "outputs_info (as OVMS custom nodes do)"
-                )
-            return _Node(node, custom, specs_in, specs_out)
+            try:
+                return self._custom_node(node, custom, where)
+            except ConfigError:
+                custom.close()  # initialized: deinitialize it, as the pipeline does not load
+                raise
         if node.model_name not in models:
             raise ConfigError(f"{where}: unknown model {node.model_name!r}")
         try:
@@ -113,7 +113,19 @@ class Pipeline:
                 "'auto', which a pipeline does not take; use a dynamic shape "
                 "(-1 or a range)"
             )
+        graph.check_demultiply_count(node, dict(servable.outputs), where)
         return _Node(node, None, dict(servable.inputs), dict(servable.outputs))
+
+    @staticmethod
+    def _custom_node(node: NodeConfig, custom: CustomNode, where: str) -> _Node:
+        specs_in, specs_out = custom.specs("inputs"), custom.specs("outputs")
+        if not specs_in or not specs_out:
+            raise ConfigError(
+                f"{where}: the library must define inputs_info and "
+                "outputs_info (as OVMS custom nodes do)"
+            )
+        graph.check_demultiply_count(node, specs_out, where)
+        return _Node(node, custom, specs_in, specs_out)
 
     def _check_connections(self) -> None:
         for node in self._nodes.values():
@@ -127,7 +139,7 @@ class Pipeline:
                 if source.node == REQUEST and source.item not in self.config.inputs:
                     raise ConfigError(f"{where}: request has no input {source.item!r}")
                 produced = (
-                    self.inputs.get(source.item)
+                    self._request_item(source.item)
                     if source.node == REQUEST
                     else self._produced(
                         source, node.config.name, bool(node.config.gather_from_node)
@@ -159,6 +171,13 @@ class Pipeline:
             dims = (ANY, *dims)
         return TensorSpec(spec.name, spec.dtype, dims)
 
+    def _request_item(self, name: str) -> TensorSpec | None:
+        """A request input as one node run sees it (a row, when the request demultiplexes)."""
+        spec = self.inputs.get(name)
+        if spec is None or self.config.demultiply_count is None:
+            return spec
+        return TensorSpec(spec.name, spec.dtype, spec.dims[1:])
+
     def _input_specs(self) -> dict[str, TensorSpec]:
         specs: dict[str, TensorSpec] = {}
         for name in self.config.inputs:
@@ -169,6 +188,10 @@ class Pipeline:
                         specs.setdefault(name, TensorSpec(name, spec.dtype, spec.dims, spec.layout))
             if name not in specs:
                 raise ConfigError(f"pipeline {self.name}: input {name} is not connected")
+        count = self.config.demultiply_count
+        if count is not None:  # OVMS prefixes the demultiplexed dimension
+            dim = (count, count) if count > 0 else ANY
+            specs = {n: TensorSpec(n, s.dtype, (dim, *s.dims)) for n, s in specs.items()}
         return specs
 
     def _output_specs(self) -> dict[str, TensorSpec]:
@@ -185,8 +208,9 @@ class Pipeline:
     # -- serving ------------------------------------------------------------------------------
 
     def infer(self, inputs: Inputs) -> dict[str, np.ndarray]:
+        checked = validate(self.inputs, inputs)
         values: dict[tuple[str, str], Value] = {
-            (REQUEST, name): array for name, array in validate(self.inputs, inputs).items()
+            (REQUEST, name): array for name, array in self._request_rows(checked).items()
         }
         for name in self._order:
             node = self._nodes[name]
@@ -196,6 +220,22 @@ class Pipeline:
         return {
             alias: _stacked(values[(src.node, src.item)])
             for alias, src in self.config.outputs.items()
+        }
+
+    def _request_rows(self, inputs: dict[str, np.ndarray]) -> dict[str, Value]:
+        """The request's inputs, split in rows when the pipeline demultiplexes them."""
+        if self.config.demultiply_count is None:
+            return dict(inputs)
+        counts = {name: (len(v) if v.ndim else 0) for name, v in inputs.items()}
+        if len(set(counts.values())) > 1:  # the client's mistake: a 400
+            detail = ", ".join(f"{name}: {n}" for name, n in counts.items())
+            raise InvalidInputError(
+                f"Pipeline {self.name} demultiplexes its inputs, which differ in their "
+                f"first dimension ({detail})"
+            )
+        return {
+            name: _split(value, self.name, self.config.demultiply_count)
+            for name, value in inputs.items()
         }
 
     def _run(self, node: _Node, feed: dict[str, Value]) -> dict[str, Value]:
@@ -210,13 +250,14 @@ class Pipeline:
                 )
                 for i in range(count)
             ]
-            return {
-                alias: [item[alias] for item in items] for alias in node.config.outputs.values()
-            }
+            return {alias: [item[alias] for item in items] for alias in node.config.outputs}
         outputs = self._execute(node, {k: v for k, v in feed.items() if not isinstance(v, list)})
         if node.config.demultiply_count is not None:
             _same_item_count(outputs, node.config)
-            return {alias: _split(value, node.config) for alias, value in outputs.items()}
+            return {
+                alias: _split(value, node.config.name, node.config.demultiply_count)
+                for alias, value in outputs.items()
+            }
         return dict(outputs)
 
     def _execute(self, node: _Node, feed: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -225,11 +266,11 @@ class Pipeline:
             _check_custom_outputs(node, raw)
         else:
             raw = self.models.get(node.config.model_name or "", node.config.version).infer(feed)
-        aliases = node.config.outputs
-        missing = sorted(set(aliases) - set(raw))
+        aliases = node.config.outputs  # alias -> data_item
+        missing = sorted(set(aliases.values()) - set(raw))
         if missing:
             raise InternalError(f"Node {node.config.name} did not produce {missing[0]}")
-        return {alias: raw[item] for item, alias in aliases.items()}
+        return {alias: raw[item] for alias, item in aliases.items()}
 
     def retire(self) -> None:
         self.status = Status(State.END)
@@ -241,7 +282,7 @@ class Pipeline:
 def _check_custom_outputs(node: _Node, raw: Mapping[str, np.ndarray]) -> None:
     """A custom node's outputs must match its outputs_info: a mismatch is the node's bug (500
     naming it), not the client's (a 400 about the next node's input)."""
-    for item in node.config.outputs:
+    for item in sorted(set(node.config.outputs.values())):
         spec, value = node.outputs.get(item), raw.get(item)
         if spec is None or value is None:
             continue  # undeclared: caught at load; missing: reported by _execute
@@ -271,16 +312,21 @@ def _same_item_count(outputs: Mapping[str, np.ndarray], node: NodeConfig) -> Non
         )
 
 
-def _split(value: np.ndarray, node: NodeConfig) -> list[np.ndarray]:
-    expected = node.demultiply_count
+def _split(value: np.ndarray, name: str, expected: int | None) -> list[np.ndarray]:
+    """`value`'s rows, for the demultiplexer `name` (a node, or the pipeline's request)."""
     if value.ndim == 0:
-        raise InvalidInputError(f"Node {node.name} output cannot be demultiplexed: a scalar")
+        raise InvalidInputError(f"Node {name} output cannot be demultiplexed: a scalar")
     if expected and expected > 0 and len(value) != expected:
         raise InvalidInputError(
-            f"Node {node.name} produced {len(value)} items; demultiply_count is {expected}"
+            f"Node {name} produced {len(value)} items; demultiply_count is {expected}"
+        )
+    if len(value) > DEMULTIPLY_LIMIT:
+        raise InvalidInputError(
+            f"Too large dynamic demultiplication requested. Node {name}: {len(value)} items, "
+            f"at most {DEMULTIPLY_LIMIT}"
         )
     if len(value) == 0:
-        raise NoResultsError(f"Pipeline node {node.name} demultiplexer produced no results")
+        raise NoResultsError(f"Pipeline node {name} demultiplexer produced no results")
     return [value[i, ...] for i in range(len(value))]  # arrays, also for object dtype
 
 

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from core.serving.pipeline import Pipeline
 from core.serving.servable import State, Status
 from core.serving.versions import ServedModel, cause
 from core.storage import VersionFiles, open_repository
+from core.tensors.spec import TensorSpec
 
 log = logging.getLogger("ov_serverless.manager")
 
@@ -46,6 +47,45 @@ class ServedPipeline:
 
     def version(self, number: int | None) -> Pipeline:
         return self.pipeline  # OVMS ignores the requested version of a pipeline
+
+
+@dataclass
+class FailedVersion:
+    """Version 1 of a pipeline that failed validation: LOADING, FAILED_PRECONDITION (as
+    OVMS lists it), with no signature."""
+
+    name: str
+    message: str
+    version: int = 1
+    inputs: dict[str, TensorSpec] = field(default_factory=dict)
+    outputs: dict[str, TensorSpec] = field(default_factory=dict)
+
+    @property
+    def status(self) -> Status:
+        return Status(State.LOADING, "FAILED_PRECONDITION", self.message)
+
+    @property
+    def available(self) -> bool:
+        return False
+
+
+@dataclass
+class FailedPipeline:
+    """A pipeline of the config that failed validation: its status lists it; a request on
+    it is refused with the reason."""
+
+    name: str
+    message: str
+
+    @property
+    def versions(self) -> dict[int, FailedVersion]:
+        return {1: FailedVersion(self.name, self.message)}
+
+    def default_version(self) -> Pipeline:
+        raise errors.ModelNotReadyError(f"Pipeline {self.name} is not loaded: {self.message}")
+
+    def version(self, number: int | None) -> Pipeline:
+        return self.default_version()
 
 
 def blob_cache(settings: Settings) -> BlobCache:
@@ -297,15 +337,21 @@ class ModelManager:
         except Exception:  # a bug must not stop the poller: the next poll tries again
             log.exception("Reload failed; the current config keeps serving")
 
-    def model(self, name: str) -> ServedModel | ServedPipeline:
+    def model(self, name: str) -> ServedModel | ServedPipeline | FailedPipeline:
         served = self.models.get(name) or self.pipelines.get(name) or self.retired.get(name)
         if served is None:
             if name in self.pipeline_errors:
-                raise errors.ModelNotReadyError(
-                    f"Pipeline {name} is not loaded: {self.pipeline_errors[name]}"
-                )
+                return FailedPipeline(name, self.pipeline_errors[name])
             raise errors.ModelNotFoundError(name)
         return served
+
+    def failed_pipelines(self) -> dict[str, FailedPipeline]:
+        """The config's pipelines that failed validation and serve no older definition."""
+        return {
+            name: FailedPipeline(name, message)
+            for name, message in self.pipeline_errors.items()
+            if name not in self.pipelines
+        }
 
     def get(self, name: str, version: int | None = None) -> ModelVersion | Pipeline:
         """The AVAILABLE servable a request should run on, or the error a client should see."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from core.config import Settings
@@ -197,6 +198,65 @@ INVALID: dict[str, tuple[dict[str, Any], list[str]]] = {
         ),
         ["only one demultiplexer"],
     ),
+    # OVMS PIPELINE_NODE_GATHER_FROM_NOT_DEMULTIPLEXER (it loaded, gathering nothing)
+    "gather_from_plain_node": (
+        pipeline(
+            "gather_from_plain_node",
+            ["x"],
+            [_scale(), {**_scale("again", src("scale", "y")), "gather_from_node": "scale"}],
+            {"y": src("again", "y")},
+        ),
+        ["node again", "gather_from_node", "node scale", "is not a demultiplexer"],
+    ),
+    # OVMS PIPELINE_MODEL_INPUT_CONNECTED_TO_MULTIPLE_DATA_SOURCES (the last source won)
+    "input_fed_twice": (
+        pipeline(
+            "input_fed_twice",
+            ["x"],
+            [
+                _scale(),
+                {
+                    **model_node("pair", "two_inputs", {"b": src("request", "x")}, ["sum"]),
+                    "inputs": [
+                        {"a": src("request", "x")},
+                        {"a": src("scale", "y")},
+                        {"b": src("request", "x")},
+                    ],
+                },
+            ],
+            {"sum": src("pair", "sum")},
+        ),
+        ["node pair", "input a is connected to more than one source"],
+    ),
+    # OVMS PIPELINE_CONTAINS_UNCONNECTED_NODES (the idle node ran on every request)
+    "unconnected_node": (
+        pipeline(
+            "unconnected_node",
+            ["x"],
+            [_scale(), _scale("idle")],
+            {"y": src("scale", "y")},
+        ),
+        ["pipeline unconnected_node", "node idle", "does not lead to the pipeline's outputs"],
+    ),
+    # OVMS PIPELINE_DEMULTIPLY_COUNT_DOES_NOT_MATCH_TENSOR_SHARD_COUNT, at load (was per request)
+    "demultiply_count_mismatch": (
+        pipeline(
+            "demultiply_count_mismatch",
+            ["x"],
+            [
+                custom_node(
+                    "split",
+                    "split",
+                    {"x": src("request", "x")},
+                    ["items"],
+                    params={"count": "3"},
+                    demultiply_count=2,
+                ),
+            ],
+            {"items": src("split", "items")},
+        ),
+        ["node split", "demultiply_count 2 does not match", "items", "first dimension 3"],
+    ),
 }
 
 
@@ -220,6 +280,18 @@ def test_invalid_pipelines_are_reported_by_node_and_the_rest_keeps_serving(
         assert f"Pipeline {name} is not loaded" in error(reply)
         for folder in (str(NODES), "/nonexistent/", str(tmp_path)):  # no server paths
             assert folder not in error(reply), (name, error(reply))
+        # OVMS: a pipeline that failed validation is LOADING with FAILED_PRECONDITION (was 404)
+        failed = [
+            {
+                "version": "1",
+                "state": "LOADING",
+                "status": {"error_code": "FAILED_PRECONDITION", "error_message": errors[name]},
+            }
+        ]
+        assert doc(call(app, "GET", f"/v1/models/{name}"))["model_version_status"] == failed
+        assert doc(call(app, "GET", "/v1/config"))[name]["model_version_status"] == failed
+        ready = call(app, "GET", f"/v2/models/{name}/ready")
+        assert orjson.loads(ready.body)["ready"] is False, name
     x = np.ones((1, 4), np.float32)
     answer = tfs_columns(
         doc(call(app, "POST", "/v1/models/chain:predict", {"inputs": {"x": x.tolist()}}))
@@ -300,6 +372,27 @@ def test_deinitialize_runs_on_reload_and_unload(
     call(app, "POST", "/v1/config/reload")
     assert _journal_until(journal, [*_journal(journal)[:3], "deinit 2"])[-1] == "deinit 2"
     assert call(app, "POST", "/v1/models/chain:predict", {"inputs": {"x": x}}).status == 404
+
+
+def test_a_custom_node_of_a_pipeline_refused_at_load_is_deinitialized(
+    repo: Repo, tmp_path: Path
+) -> None:
+    """The node's initialize() ran before its demultiply_count was found wrong: OVMS
+    deinitializes the nodes of a pipeline that does not load."""
+    journal = tmp_path / "journal.txt"
+    split = custom_node(
+        "split",
+        "split",
+        {"x": src("request", "x")},
+        ["items"],
+        params={"count": "3", "journal": str(journal)},
+        demultiply_count=2,
+    )
+    bad = pipeline("bad", ["x"], [split], {"items": src("split", "items")})
+    config = write_config(tmp_path / "config.json", _models(repo), [bad], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    assert "demultiply_count 2 does not match" in app.manager.pipeline_errors["bad"]
+    assert _journal(journal) == ["init", "deinit"]
 
 
 def test_a_library_moved_to_another_file_is_what_its_pipelines_run(
@@ -408,3 +501,81 @@ def test_a_custom_node_breaking_its_outputs_info_is_a_500_naming_it(
     assert error(reply) == (
         "Node u demultiplexer outputs differ in their first dimension (p: 2, q: 3)"
     )
+
+
+def test_a_pipeline_level_demultiply_count_runs_the_nodes_once_per_request_row(
+    repo: Repo, tmp_path: Path
+) -> None:
+    """OVMS "dynamic batch size with demultiplexer": `demultiply_count` on the pipeline splits
+    every request input along a new first dimension, the nodes run once per row and the
+    outputs stack back (the key was accepted and ignored: the whole batch reached the nodes)."""
+    batched = {
+        **pipeline(
+            "batched",
+            ["a", "b"],
+            [
+                _scale("scale", src("request", "a")),
+                model_node(
+                    "pair",
+                    "two_inputs",
+                    {"a": src("scale", "y"), "b": src("request", "b")},
+                    ["sum"],
+                ),
+            ],
+            {"sum": src("pair", "sum")},
+        ),
+        "demultiply_count": -1,
+    }
+    config = write_config(tmp_path / "config.json", _models(repo), [batched], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    meta = doc(call(app, "GET", "/v2/models/batched"))
+    assert meta["inputs"] == [
+        {"name": "a", "datatype": "FP32", "shape": [-1, -1, 4]},
+        {"name": "b", "datatype": "FP32", "shape": [-1, -1, 4]},
+    ]
+    assert meta["outputs"] == [{"name": "sum", "datatype": "FP32", "shape": [-1, -1, 4]}]
+    a = np.arange(24, dtype=np.float32).reshape(3, 2, 4)
+    b = np.ones((3, 2, 4), np.float32)
+    rows = {"inputs": {"a": a.tolist(), "b": b.tolist()}}
+    reply = doc(call(app, "POST", "/v1/models/batched:predict", rows))
+    np.testing.assert_allclose(reply["outputs"], a * 2 + b)  # one output: TFS's bare list
+    uneven = {"inputs": {"a": a.tolist(), "b": b[:2].tolist()}}
+    reply = call(app, "POST", "/v1/models/batched:predict", uneven)
+    assert reply.status == 400, reply.body
+    assert "first dimension" in error(reply)
+    # OVMS's DEMULTIPLY_LIMIT: more than 10000 rows is refused before any node runs
+    many = np.zeros((10001, 1, 4), np.float32).tolist()
+    reply = call(app, "POST", "/v1/models/batched:predict", {"inputs": {"a": many, "b": many}})
+    assert reply.status == 400, reply.body[:300]
+    assert "Too large dynamic demultiplication requested" in error(reply)
+    assert "10001" in error(reply)
+
+
+def test_one_node_output_under_two_aliases_feeds_both(repo: Repo, tmp_path: Path) -> None:
+    """OVMS keys a node's outputs by alias: one data_item may be listed under two aliases
+    (the second alias replaced the first, so the pipeline failed to load)."""
+    twice = {
+        **_scale(),
+        "outputs": [{"data_item": "y", "alias": "first"}, {"data_item": "y", "alias": "second"}],
+    }
+    both = pipeline(
+        "both", ["x"], [twice], {"a": src("scale", "first"), "b": src("scale", "second")}
+    )
+    config = write_config(tmp_path / "config.json", _models(repo), [both], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    assert app.manager.pipeline_errors == {}
+    x = [[1.0, 2.0, 3.0, 4.0]]
+    answer = tfs_columns(doc(call(app, "POST", "/v1/models/both:predict", {"inputs": {"x": x}})))
+    np.testing.assert_allclose(answer["a"], [[2.0, 4.0, 6.0, 8.0]])
+    np.testing.assert_allclose(answer["b"], answer["a"])
+
+
+def test_of_two_pipelines_with_one_name_the_first_serves(repo: Repo, tmp_path: Path) -> None:
+    """OVMS: "Duplicated pipeline names ... Only first definition will be loaded" (the last
+    one served)."""
+    first, second = chain("dup", offset="0.5"), chain("dup", offset="2")
+    config = write_config(tmp_path / "config.json", _models(repo), [first, second], LIBRARIES)
+    app = app_for(config, tmp_path / "cache")
+    x = [[1.0] * 4]
+    answer = tfs_columns(doc(call(app, "POST", "/v1/models/dup:predict", {"inputs": {"x": x}})))
+    np.testing.assert_allclose(answer["sum"], [[4.5] * 4])
