@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 import pytest
+from openvino import opset13 as ops
 
 from core.config import Settings, parse_model_config
 from core.runtime import blobs
