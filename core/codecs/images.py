@@ -94,7 +94,8 @@ def decode_batch(
             f"{precision_name(spec.dtype)}; input name: {spec.name}"
         )
     dtype = np.dtype(spec.dtype.numpy)
-    if all(low == high != -1 for low, high in (height, width, channels)):
+    static = all(low == high != -1 for low, high in (height, width, channels))
+    if static:  # checked once, before any image is decoded
         _check_batch(limits, len(items), (height[0], width[0], channels[0]), spec, dtype)
     decoded: list[np.ndarray] = []
     for item in items:
@@ -103,7 +104,8 @@ def decode_batch(
             # the first image sets the size (within a range, or its own for -1) and the
             # channels (for -1) of the whole batch, as in OVMS
             size = (_target(height, pixels.shape[0]), _target(width, pixels.shape[1]))
-            _check_batch(limits, len(items), (*size, pixels.shape[2]), spec, dtype)
+            if not static:
+                _check_batch(limits, len(items), (*size, pixels.shape[2]), spec, dtype)
         else:
             _check_like_first(pixels, decoded[0], (height, width), spec.name)
         decoded.append(_bgr(_resize(pixels, size, dtype), color_format))

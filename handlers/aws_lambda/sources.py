@@ -40,6 +40,8 @@ Event = dict[str, Any]
 MB = 1024 * 1024
 LAMBDA_PAYLOAD = 6 * MB  # synchronous invoke: request and response payload
 ALB_PAYLOAD = 1 * MB  # ALB target group: request body, and response JSON
+# what reading a hand-written event's field of the wrong type raises
+_MALFORMED = (AttributeError, TypeError, KeyError, ValueError)
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Source(ABC):
         and an event that is no request, or has a field of the wrong type, InvalidInputError."""
         try:
             return self.translate(event, limit)
-        except (AttributeError, TypeError, KeyError, ValueError):
+        except _MALFORMED:
             raise InvalidInputError(
                 f"Malformed {self.kind} event: a field is missing or of the wrong type"
             ) from None
@@ -87,7 +89,7 @@ class Source(ABC):
         without the router (a body over the limit) follows it."""
         try:
             path = self.path(event)
-        except (AttributeError, TypeError, KeyError, ValueError):
+        except _MALFORMED:
             return ""
         return path if isinstance(path, str) else ""  # a hand-written event's number
 
