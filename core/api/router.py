@@ -135,9 +135,7 @@ class App:
                     f"Request body of {len(request.body)} bytes exceeds the limit of "
                     f"{self.settings.max_request_bytes} bytes"
                 )
-            handler, match = self._route(
-                request.method.upper(), self._strip(request.path), self._is_openai(request.path)
-            )
+            handler, match = self._route(request.method.upper(), request.path)
             return handler(request, match)
         except errors.ServingError as exc:
             return error_response(exc, self._is_openai(request.path))
@@ -160,13 +158,16 @@ class App:
             return path[len(prefix) :] or "/"
         return path
 
-    def _route(self, method: str, path: str, openai: bool) -> tuple[Handler, re.Match[str]]:
+    def _route(self, method: str, request_path: str) -> tuple[Handler, re.Match[str]]:
+        path = self._strip(request_path)
         if len(path) > 2048 or "\x00" in path or ".." in path:
             raise errors.InvalidInputError("Invalid request URL")
         found = _match(self._routes, method, path) or _match(self._metrics_route(), method, path)
         if found is None:  # OpenAI's API words it so, OVMS's REST API so
             raise errors.RouteNotFoundError(
-                f"Invalid URL ({method[:16]} {path})" if openai else f"Invalid request URL: {path}"
+                f"Invalid URL ({method[:16]} {path})"
+                if self._is_openai(request_path)
+                else f"Invalid request URL: {path}"
             )
         return found
 
